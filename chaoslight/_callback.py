@@ -1,0 +1,57 @@
+"""``ChaosCallback``: injection as a Lightning callback, for code that cannot wrap fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoslight._runtime import Injection, Run, ScheduleLike, inject
+from chaoslight._sites._patch import import_optional
+
+
+def _callback_bases() -> tuple[type, ...]:
+    # Both flavours' Callback classes, so Trainer's isinstance check passes in either.
+    bases = []
+    for module in ("lightning.pytorch.callbacks", "pytorch_lightning.callbacks"):
+        found = import_optional(module)
+        if found is not None:
+            bases.append(found.Callback)
+    return tuple(bases) or (object,)
+
+
+class _ChaosCallbackMixin:
+    def __init__(self, schedule: ScheduleLike = None, **inject_options: Any) -> None:
+        self._injection: Injection = inject(schedule, **inject_options)
+        self._entered = False
+        self.run: Run = self._injection.run
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if not self._entered:
+            self.run = self._injection.__enter__()
+            self._entered = True
+            engine = self._injection.engine
+            if engine is not None:
+                engine.saw_trainer(trainer)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._exit()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._exit()
+
+    def _exit(self) -> None:
+        if self._entered:
+            self._entered = False
+            self._injection.__exit__(None, None, None)
+
+
+ChaosCallback = type(
+    "ChaosCallback",
+    (_ChaosCallbackMixin, *_callback_bases()),
+    {
+        "__doc__": "Activate a schedule from ``setup`` to ``teardown`` of a Trainer run:\n\n"
+        "    Trainer(callbacks=[chaoslight.ChaosCallback(schedule)])\n\n"
+        "``callback.run`` holds the events afterwards. Works with both ``lightning.pytorch`` "
+        "and ``pytorch_lightning``.",
+        "__module__": __name__,
+    },
+)

@@ -1,0 +1,142 @@
+"""The catalogue of injection sites: names, one-line descriptions and capabilities.
+
+Pure data, importable without torch, so a schedule can be validated anywhere. The
+patches that implement each site live in ``chaoslight._sites``; a test checks that
+every name here has an implementation and that the hook list matches Lightning's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Capabilities a site may have; fault kinds that need one are refused elsewhere.
+SYNC = "sync"  # the wrapped call synchronises ranks or devices: DropSync may skip it
+REDUCTION = "reduction"  # the wrapped call sums across ranks: ReorderReduction applies
+RESULT = "result"  # the wrapped call returns tensors: Corrupt may poison them
+
+
+@dataclass(frozen=True)
+class SiteInfo:
+    name: str
+    description: str
+    capabilities: frozenset[str] = frozenset()
+
+
+# Hooks Lightning dispatches to callbacks and/or the LightningModule, one site each.
+LIGHTNING_HOOKS: tuple[str, ...] = (
+    "setup",
+    "teardown",
+    "on_fit_start",
+    "on_fit_end",
+    "on_sanity_check_start",
+    "on_sanity_check_end",
+    "on_train_start",
+    "on_train_end",
+    "on_validation_start",
+    "on_validation_end",
+    "on_test_start",
+    "on_test_end",
+    "on_predict_start",
+    "on_predict_end",
+    "on_train_epoch_start",
+    "on_train_epoch_end",
+    "on_validation_epoch_start",
+    "on_validation_epoch_end",
+    "on_test_epoch_start",
+    "on_test_epoch_end",
+    "on_predict_epoch_start",
+    "on_predict_epoch_end",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_validation_batch_start",
+    "on_validation_batch_end",
+    "on_test_batch_start",
+    "on_test_batch_end",
+    "on_predict_batch_start",
+    "on_predict_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+    "on_save_checkpoint",
+    "on_load_checkpoint",
+    "on_exception",
+    "on_validation_model_eval",
+    "on_validation_model_train",
+    "on_validation_model_zero_grad",
+    "on_test_model_eval",
+    "on_test_model_train",
+    "on_predict_model_eval",
+    "configure_model",
+)
+
+# Lightning's strategy calls the step methods and backward through one dispatcher.
+LIGHTNING_STEPS: dict[str, str] = {
+    "training_step": "the LightningModule's training_step, as the strategy calls it",
+    "validation_step": "the LightningModule's validation_step, as the strategy calls it",
+    "test_step": "the LightningModule's test_step, as the strategy calls it",
+    "predict_step": "the LightningModule's predict_step, as the strategy calls it",
+}
+
+COLLECTIVES: dict[str, tuple[str, frozenset[str]]] = {
+    "all_reduce": ("torch.distributed.all_reduce", frozenset({SYNC, REDUCTION, RESULT})),
+    "reduce": ("torch.distributed.reduce", frozenset({SYNC, REDUCTION, RESULT})),
+    "all_gather": ("torch.distributed.all_gather", frozenset({SYNC, RESULT})),
+    "all_gather_into_tensor": (
+        "torch.distributed.all_gather_into_tensor",
+        frozenset({SYNC, RESULT}),
+    ),
+    "all_gather_object": ("torch.distributed.all_gather_object", frozenset({SYNC})),
+    "broadcast": ("torch.distributed.broadcast (also as broadcast_object_list calls it)",
+                  frozenset({SYNC, RESULT})),
+    "broadcast_object_list": ("torch.distributed.broadcast_object_list", frozenset({SYNC})),
+    "barrier": ("torch.distributed.barrier", frozenset({SYNC})),
+    "reduce_scatter": ("torch.distributed.reduce_scatter", frozenset({SYNC, REDUCTION, RESULT})),
+    "reduce_scatter_tensor": (
+        "torch.distributed.reduce_scatter_tensor",
+        frozenset({SYNC, REDUCTION, RESULT}),
+    ),
+}
+
+
+def _build() -> dict[str, SiteInfo]:
+    sites: list[SiteInfo] = []
+    for step, text in LIGHTNING_STEPS.items():
+        sites.append(SiteInfo(f"lightning.{step}", text, frozenset({RESULT})))
+    sites += [
+        SiteInfo(
+            "lightning.forward",
+            "calling a LightningModule (self(x) inside training_step): where a user's "
+            "try/except around the forward pass catches",
+            frozenset({RESULT}),
+        ),
+        SiteInfo("lightning.backward", "the strategy's backward of the loss"),
+        SiteInfo("lightning.optimizer_step", "the LightningModule's optimizer_step hook"),
+        SiteInfo("lightning.save_checkpoint", "the strategy writing a checkpoint"),
+        SiteInfo("lightning.load_checkpoint", "the strategy reading a checkpoint to resume"),
+        SiteInfo(
+            "lightning.next_batch",
+            "fetching the next batch from the dataloader (train, validation, test, predict)",
+            frozenset({RESULT}),
+        ),
+    ]
+    for hook in LIGHTNING_HOOKS:
+        sites.append(
+            SiteInfo(f"lightning.{hook}", f"the {hook} hook, around the callbacks' and module's code")
+        )
+    for name, (text, caps) in COLLECTIVES.items():
+        sites.append(SiteInfo(f"dist.{name}", text, caps))
+    sites += [
+        SiteInfo(
+            "dist.gradient_allreduce",
+            "DDP's gradient-bucket all-reduce (a communication hook registered during fit)",
+            frozenset({SYNC, REDUCTION}),
+        ),
+        SiteInfo("cuda.synchronize", "torch.cuda.synchronize (a no-op call on CPU)", frozenset({SYNC})),
+        SiteInfo("torch.save", "torch.save: a Raise or Crash here leaves a half-written file"),
+        SiteInfo("torch.load", "torch.load", frozenset({RESULT})),
+    ]
+    return {site.name: site for site in sites}
+
+
+SITES: dict[str, SiteInfo] = _build()

@@ -1,0 +1,47 @@
+"""Where a process is: its rank, and the training step of the running Trainer."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def current_rank() -> int:
+    """torch.distributed's rank if a group is up, else the launcher's environment, else 0."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def step_of(trainer: Any) -> int | None:
+    """The training batch index across epochs (``fit_loop.total_batch_idx``), None before any.
+
+    Validation run after training batch N reports N; anything before the first
+    training batch (setup, the sanity check) reports None.
+    """
+    if trainer is None:
+        return None
+    try:
+        ready = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+    except AttributeError:
+        return None
+    return ready - 1 if ready > 0 else None
+
+
+def device_of(trainer: Any) -> Any:
+    """The device the LightningModule lives on, or CPU when there is none."""
+    module = getattr(trainer, "lightning_module", None) if trainer is not None else None
+    device = getattr(module, "device", None)
+    if device is not None:
+        return device
+    import torch
+
+    return torch.device("cpu")

@@ -1,0 +1,267 @@
+"""The engine behind ``inject``: decides, per site call, which faults fire, and fires them.
+
+Every decision is a function of the schedule and what this process has seen (its rank,
+the trainer's step, how often each site was called), never of randomness or of other
+ranks, so every rank of a job decides alone and the same schedule replays exactly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+import weakref
+from collections import Counter
+from typing import IO, Any
+
+from chaoslight._context import current_rank, device_of, step_of
+from chaoslight._errors import InvalidSchedule
+from chaoslight._events import FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._faults import (
+    OOM,
+    Allocate,
+    Corrupt,
+    Crash,
+    Delay,
+    DropSync,
+    Fault,
+    Raise,
+    ReorderReduction,
+)
+from chaoslight._memory import MemoryLedger, simulated_oom
+from chaoslight._schedule import Schedule
+from chaoslight._sites import Behaviour
+from chaoslight._sites._reorder import NATURAL
+
+_ABORTING = (OOM, Raise, Crash)
+
+
+def exception_class(name: str) -> type[BaseException]:
+    """Resolve a Raise fault's exception name (builtin or ``module:QualName``)."""
+    import builtins
+
+    if ":" not in name:
+        return getattr(builtins, name)  # type: ignore[no-any-return]
+    module_name, _, qualname = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        raise InvalidSchedule(f"exception={name!r} cannot be imported") from None
+    if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+        raise InvalidSchedule(f"exception={name!r} is not an exception class")
+    return obj
+
+
+class Engine:
+    """The dispatcher the site wrappers call while a schedule is active."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        events_file: str | os.PathLike[str] | None = None,
+        observe: frozenset[str] = frozenset(),
+    ) -> None:
+        self.schedule = schedule
+        # Observed sites are routed here without faults so a watchdog can see progress.
+        self.armed = schedule.sites | observe
+        self.last_activity = time.monotonic()
+        self.in_progress: list[tuple[str, int, int | None]] = []  # (site, call #, step)
+        self.by_site: dict[str, list[tuple[int, Fault]]] = {}
+        for index, fault in enumerate(schedule.faults):
+            self.by_site.setdefault(fault.site, []).append((index, fault))
+        self.exceptions = {
+            f.exception: exception_class(f.exception) for f in schedule if isinstance(f, Raise)
+        }
+        self.fired: Counter[int] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
+        self.reached: Counter[tuple[str, int]] = Counter()
+        self.events: list[Event] = []
+        self.pending_oom: BaseException | None = None
+        self.ledger = MemoryLedger(schedule.memory_budget, current_rank)
+        self._trainer: Any = None
+        self._inside: set[str] = set()
+        self._local = threading.local()
+        self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
+
+    # -- context ----------------------------------------------------------------------
+    def saw_trainer(self, trainer: Any) -> None:
+        if self._trainer is None or self._trainer() is not trainer:
+            self._trainer = weakref.ref(trainer)
+
+    @property
+    def trainer(self) -> Any:
+        return self._trainer() if self._trainer is not None else None
+
+    def step(self) -> int | None:
+        return step_of(self.trainer)
+
+    def internal(self) -> Any:
+        """A context in which chaoslight's own torch calls pass through every site."""
+        return _Internal(self._local)
+
+    # -- the hot path -----------------------------------------------------------------
+    def call(
+        self,
+        site: str,
+        wrapped: Any,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        behaviour: Behaviour,
+    ) -> Any:
+        if site in self._inside or getattr(self._local, "depth", 0):
+            return wrapped(*args, **kwargs)  # nested (super() chains) or chaoslight's own call
+        rank, step = current_rank(), self.step()
+        self.last_activity = time.monotonic()
+        self._release_due(rank, step)
+        self.calls[site] += 1
+        self.calls_in_step[(site, step)] += 1
+        self.reached[(site, rank)] += 1
+        firing, reorder = self._match(site, rank, step)
+        self._inside.add(site)
+        self.in_progress.append((site, self.calls[site], step))
+        try:
+            if not firing and reorder is None:
+                return wrapped(*args, **kwargs)
+            return self._fire(site, rank, step, firing, reorder, wrapped, args, kwargs, behaviour)
+        finally:
+            self.in_progress.pop()
+            self._inside.discard(site)
+            self.last_activity = time.monotonic()
+
+    def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:
+        firing: list[Fault] = []
+        reorder: str | None = None
+        for index, fault in self.by_site.get(site, ()):
+            if fault.step is not None and fault.step != step:
+                continue
+            count = self.calls_in_step[(site, step)] if fault.step is not None else self.calls[site]
+            if fault.nth is not None and count < fault.nth:
+                continue
+            if fault.times is not None and self.fired[index] >= fault.times:
+                continue
+            if isinstance(fault, ReorderReduction):
+                # Every rank must run the same collective: untargeted ranks sum in rank order.
+                on_rank = fault.rank is None or fault.rank == rank
+                if on_rank or reorder is None:
+                    reorder = fault.order if on_rank else NATURAL
+                self.fired[index] += 1
+                if on_rank:
+                    firing.append(fault)
+                continue
+            if fault.rank is not None and fault.rank != rank:
+                continue
+            self.fired[index] += 1
+            firing.append(fault)
+        return firing, reorder
+
+    def _fire(
+        self,
+        site: str,
+        rank: int,
+        step: int | None,
+        faults: list[Fault],
+        reorder: str | None,
+        wrapped: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        behaviour: Behaviour,
+    ) -> Any:
+        call = self.calls[site]
+        skip = False
+        for fault in faults:
+            self.record(FIRED, site, rank, step, str(fault), call)
+            if isinstance(fault, _ABORTING) and not (isinstance(fault, OOM) and fault.deferred):
+                if behaviour.before_abort is not None:
+                    with self.internal():
+                        behaviour.before_abort(wrapped, args, kwargs)
+            if isinstance(fault, Delay):
+                time.sleep(fault.seconds)
+            elif isinstance(fault, OOM):
+                error = simulated_oom(fault.nbytes, rank, str(fault))
+                if not fault.deferred:
+                    raise error
+                self.pending_oom = error
+            elif isinstance(fault, Allocate):
+                self._allocate(fault, step)
+            elif isinstance(fault, Raise):
+                raise self.exceptions[fault.exception](*fault.args)
+            elif isinstance(fault, Crash):
+                self._close_sink()
+                os.kill(os.getpid(), fault.signal)
+            elif isinstance(fault, DropSync):
+                skip = True
+        if skip and behaviour.skip is not None:
+            return behaviour.skip(args, kwargs)
+        if reorder is not None and behaviour.reduce is not None:
+            with self.internal():
+                result = behaviour.reduce(wrapped, args, kwargs, reorder)
+        else:
+            result = wrapped(*args, **kwargs)
+        for fault in faults:
+            if isinstance(fault, Corrupt) and behaviour.poison is not None:
+                result = behaviour.poison(result, args, kwargs, float(fault.value))
+        return result
+
+    def _allocate(self, fault: Allocate, step: int | None) -> None:
+        release = None
+        if fault.hold_steps is not None and step is not None:
+            release = step + fault.hold_steps
+        with self.internal():
+            self.ledger.allocate(fault.nbytes, device_of(self.trainer), release, str(fault))
+
+    def _release_due(self, rank: int, step: int | None) -> None:
+        for hold in self.ledger.release_due(step):
+            self.record(RELEASED, "memory", rank, step, hold.fault, detail=f"{hold.nbytes} bytes")
+
+    # -- sync points and budget --------------------------------------------------------
+    def sync_point(self) -> None:
+        error, self.pending_oom = self.pending_oom, None
+        if error is not None:
+            self.record(SURFACED, "sync", current_rank(), self.step(), "", detail=str(error)[:80])
+            raise error
+
+    def track_allocation(self, tensor: Any) -> None:
+        if not getattr(self._local, "depth", 0):
+            self.ledger.track(tensor)
+
+    # -- events -----------------------------------------------------------------------
+    def record(
+        self, kind: str, site: str, rank: int, step: int | None, fault: str,
+        call: int = 0, detail: str = "",
+    ) -> None:
+        event = Event(kind, site, rank, step, time.monotonic(), time.time(), fault, call, detail,
+                      os.getpid())
+        self.events.append(event)
+        if self._sink is not None:
+            self._sink.write(json.dumps(event.to_dict()) + "\n")
+            self._sink.flush()  # reaches the kernel now, so it survives a SIGKILL
+
+    def close(self) -> None:
+        if self.pending_oom is not None:
+            self.record(NOTE, "sync", current_rank(), self.step(), "",
+                        detail="a deferred OOM was never surfaced: no sync point was reached")
+            self.pending_oom = None
+        self.ledger.release_all()
+        self._close_sink()
+
+    def _close_sink(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+
+
+class _Internal:
+    def __init__(self, local: threading.local) -> None:
+        self.local = local
+
+    def __enter__(self) -> None:
+        self.local.depth = getattr(self.local, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.local.depth -= 1

@@ -1,0 +1,74 @@
+"""The event log: what fired where, on which rank, at which step, and when."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+FIRED = "fired"
+SURFACED = "surfaced"  # a deferred OOM raised at a sync point
+RELEASED = "released"  # an Allocate hold given back
+NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened. ``time`` is ``time.monotonic()`` (shared by the processes
+    of one machine), ``wall`` is ``time.time()`` for merging logs across machines."""
+
+    kind: str
+    site: str
+    rank: int
+    step: int | None
+    time: float
+    wall: float
+    fault: str = ""
+    call: int = 0  # the n-th call of the site on this rank
+    detail: str = ""
+    pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Event:
+        return cls(**doc)
+
+    def line(self) -> str:
+        step = "-" if self.step is None else str(self.step)
+        text = f"rank {self.rank} step {step:>3} {self.kind:<8} {self.fault or self.site}"
+        if self.call:
+            text += f" (call #{self.call})"
+        return text + (f": {self.detail}" if self.detail else "")
+
+
+def merge(events: Iterable[Event]) -> list[Event]:
+    """Events from several ranks, ordered by time (then rank, for equal times)."""
+    return sorted(events, key=lambda e: (e.wall, e.time, e.rank))
+
+
+def to_jsonl(events: Iterable[Event]) -> str:
+    return "".join(json.dumps(e.to_dict()) + "\n" for e in events)
+
+
+def from_jsonl(text: str) -> list[Event]:
+    return [Event.from_dict(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def render_report(events: list[Event], reached: Counter[tuple[str, int]]) -> str:
+    """Text report: every event, then how often each armed site was reached per rank."""
+    lines = ["chaoslight: " + _summary(events)]
+    lines += ["  " + event.line() for event in events]
+    if reached:
+        lines.append("sites reached (calls per rank):")
+        for (site, rank), count in sorted(reached.items()):
+            lines.append(f"  {site} rank {rank}: {count}")
+    return "\n".join(lines)
+
+
+def _summary(events: list[Event]) -> str:
+    fired = sum(1 for e in events if e.kind == FIRED)
+    return f"{fired} fault firing{'s' if fired != 1 else ''}"

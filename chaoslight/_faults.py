@@ -1,0 +1,264 @@
+"""Fault kinds: what happens, and the trigger that says where and when.
+
+Pure data. Every fault is a frozen dataclass validated in its constructor, so a bad
+schedule fails where it is written, with a message that names the field and value.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from chaoslight._catalog import REDUCTION, RESULT, SITES, SYNC
+from chaoslight._errors import InvalidArgument, suggest
+
+REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied")
+CORRUPT_VALUES = ("nan", "inf", "-inf")
+MAX_DELAY_SECONDS = 3600.0
+
+
+def check_int(name: str, value: Any, minimum: int, allow_none: bool = False) -> None:
+    """Raise InvalidArgument unless ``value`` is an int >= minimum (or None if allowed)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "an int or None" if allow_none else "an int"
+        raise InvalidArgument(f"{name}={value!r} must be {kind}, not {type(value).__name__}")
+    if value < minimum:
+        hint = "; ranks count from 0" if name == "rank" else ""
+        hint = "; steps count from 0" if name == "step" else hint
+        if minimum == 0:
+            raise InvalidArgument(f"{name}={value} must not be negative{hint}")
+        raise InvalidArgument(f"{name}={value} must be at least {minimum}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidArgument(
+            f"{name}={value!r} is not one of {', '.join(choices)}{suggest(str(value), choices)}"
+        )
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Base of every fault kind: the trigger fields shared by all.
+
+    - ``site``: a registered site name (``chaoslight.sites()`` lists them).
+    - ``rank``: the global rank it fires on, or None for every rank.
+    - ``step``: the training batch index (0-based, counted across epochs since fit
+      began: Lightning's ``trainer.fit_loop.total_batch_idx``), or None for any step.
+    - ``nth``: fire only on the n-th call (1-based) of the site on this rank -- within
+      ``step`` when a step is given, else since injection began.
+    - ``times``: how many firings at most (None: every matching call).
+    """
+
+    kind: ClassVar[str] = ""
+    needs: ClassVar[str | None] = None  # a site capability this kind requires
+
+    site: str = field(kw_only=True)
+    rank: int | None = field(default=None, kw_only=True)
+    step: int | None = field(default=None, kw_only=True)
+    nth: int | None = field(default=None, kw_only=True)
+    times: int | None = field(default=1, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.site, str) or self.site not in SITES:
+            raise InvalidArgument(
+                f"site={self.site!r} is not a known site{suggest(str(self.site), SITES)}; "
+                "chaoslight.sites() lists them"
+            )
+        if self.needs is not None and self.needs not in SITES[self.site].capabilities:
+            able = sorted(name for name, s in SITES.items() if self.needs in s.capabilities)
+            raise InvalidArgument(
+                f"{self.kind} cannot fire at site={self.site!r}: it needs a {self.needs} site "
+                f"({', '.join(able[:6])}, ...)"
+            )
+        check_int("rank", self.rank, 0, allow_none=True)
+        check_int("step", self.step, 0, allow_none=True)
+        check_int("nth", self.nth, 1, allow_none=True)
+        check_int("times", self.times, 1, allow_none=True)
+        self._validate()
+
+    def _validate(self) -> None:
+        """Kind-specific checks; overridden by subclasses with parameters."""
+
+    def params(self) -> dict[str, Any]:
+        """The kind's own parameters (not the trigger), as JSON-compatible values."""
+        trigger = {"site", "rank", "step", "nth", "times"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in trigger}
+
+    def trigger(self) -> dict[str, Any]:
+        return {"site": self.site, "rank": self.rank, "step": self.step,
+                "nth": self.nth, "times": self.times}
+
+    def __str__(self) -> str:
+        from chaoslight._textform import fault_to_text
+
+        return fault_to_text(self)
+
+
+@dataclass(frozen=True)
+class Delay(Fault):
+    """A straggler: sleep ``seconds`` before the wrapped call."""
+
+    kind: ClassVar[str] = "delay"
+    seconds: float = 0.1
+
+    def _validate(self) -> None:
+        s = self.seconds
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise InvalidArgument(f"seconds={s!r} must be a finite number of seconds")
+        if not 0 <= s <= MAX_DELAY_SECONDS:
+            raise InvalidArgument(f"seconds={s} must be between 0 and {MAX_DELAY_SECONDS:g}")
+
+
+@dataclass(frozen=True)
+class OOM(Fault):
+    """Raise ``torch.OutOfMemoryError`` shaped like a real CUDA OOM.
+
+    ``deferred=True`` raises it at the next sync point instead (``cuda.synchronize``,
+    ``Tensor.item``/``tolist``, ``dist.barrier``), as CUDA reports async errors late.
+    """
+
+    kind: ClassVar[str] = "oom"
+    nbytes: int = 2**30
+    deferred: bool = False
+
+    def _validate(self) -> None:
+        check_int("nbytes", self.nbytes, 1)
+        if not isinstance(self.deferred, bool):
+            raise InvalidArgument(f"deferred={self.deferred!r} must be True or False")
+
+
+@dataclass(frozen=True)
+class Allocate(Fault):
+    """Hold ``nbytes`` of real memory on the rank's device for ``hold_steps`` steps.
+
+    Under a ``MemoryBudget`` an allocation that would go over raises the simulated OOM.
+    ``hold_steps=None`` holds it until injection ends.
+    """
+
+    kind: ClassVar[str] = "allocate"
+    nbytes: int = 2**20
+    hold_steps: int | None = 1
+
+    def _validate(self) -> None:
+        check_int("nbytes", self.nbytes, 1)
+        check_int("hold_steps", self.hold_steps, 1, allow_none=True)
+
+
+@dataclass(frozen=True)
+class DropSync(Fault):
+    """Skip a synchronisation: the wrapped barrier/collective/synchronize does nothing."""
+
+    kind: ClassVar[str] = "drop_sync"
+    needs: ClassVar[str | None] = SYNC
+
+
+@dataclass(frozen=True)
+class ReorderReduction(Fault):
+    """Sum the ranks' contributions in another order, so results differ in the last bits.
+
+    ``order`` is one of reversed, tree, chunked, premultiplied (divide each contribution
+    by the world size, then sum), or an explicit permutation of ranks such as ``"2,0,1"``.
+    """
+
+    kind: ClassVar[str] = "reorder"
+    needs: ClassVar[str | None] = REDUCTION
+    order: str = "reversed"
+
+    def _validate(self) -> None:
+        if isinstance(self.order, str) and self.order in REORDER_ORDERS:
+            return
+        if isinstance(self.order, str) and permutation(self.order) is not None:
+            return
+        raise InvalidArgument(
+            f"order={self.order!r} must be one of {', '.join(REORDER_ORDERS)} or a permutation "
+            'of ranks such as "1,0"' + suggest(str(self.order), REORDER_ORDERS)
+        )
+
+
+def permutation(order: str) -> tuple[int, ...] | None:
+    """Parse ``"2,0,1"`` into a permutation of 0..n-1, or None if it is not one."""
+    try:
+        ranks = tuple(int(part) for part in order.split(","))
+    except ValueError:
+        return None
+    return ranks if sorted(ranks) == list(range(len(ranks))) else None
+
+
+@dataclass(frozen=True)
+class Raise(Fault):
+    """Raise an exception at the site, e.g. ``Raise(OSError(28, "No space left"), site=...)``.
+
+    ``exception`` is a builtin exception name, a ``module:QualName`` path, an exception
+    class or instance; it is stored as a name plus JSON-compatible ``args``.
+    """
+
+    kind: ClassVar[str] = "raise"
+    exception: Any = "RuntimeError"
+    args: tuple[Any, ...] = ("injected by chaoslight",)
+
+    def __post_init__(self) -> None:
+        exc = self.exception
+        if isinstance(exc, BaseException):
+            object.__setattr__(self, "args", tuple(exc.args))
+            exc = type(exc)
+        if isinstance(exc, type) and issubclass(exc, BaseException):
+            name = exc.__name__ if vars(builtins).get(exc.__name__) is exc else (
+                f"{exc.__module__}:{exc.__qualname__}")
+            object.__setattr__(self, "exception", name)
+        if isinstance(self.args, list):
+            object.__setattr__(self, "args", tuple(self.args))
+        super().__post_init__()
+
+    def _validate(self) -> None:
+        if not isinstance(self.exception, str) or not self.exception:
+            raise InvalidArgument(
+                f"exception={self.exception!r} must be an exception class, instance or name"
+            )
+        if ":" not in self.exception and not _is_builtin_exception(self.exception):
+            raise InvalidArgument(
+                f"exception={self.exception!r} is not a builtin exception; write "
+                "'module:QualName' for others"
+                + suggest(self.exception, [n for n in vars(builtins) if n[0].isupper()])
+            )
+        if not isinstance(self.args, tuple) or not all(
+            isinstance(a, (str, int, float, bool)) or a is None for a in self.args
+        ):
+            raise InvalidArgument(f"args={self.args!r} must hold only str, int, float, bool, None")
+
+
+def _is_builtin_exception(name: str) -> bool:
+    obj = vars(builtins).get(name)
+    return isinstance(obj, type) and issubclass(obj, BaseException)
+
+
+@dataclass(frozen=True)
+class Corrupt(Fault):
+    """Replace the tensor result at the site (the loss, an output, a reduced value) by NaN/Inf."""
+
+    kind: ClassVar[str] = "corrupt"
+    needs: ClassVar[str | None] = RESULT
+    value: str = "nan"
+
+    def _validate(self) -> None:
+        check_choice("value", self.value, CORRUPT_VALUES)
+
+
+@dataclass(frozen=True)
+class Crash(Fault):
+    """Kill this rank's process at the site, as a lost node does (SIGKILL by default)."""
+
+    kind: ClassVar[str] = "crash"
+    signal: int = 9
+
+    def _validate(self) -> None:
+        check_int("signal", self.signal, 1)
+
+
+FAULT_KINDS: dict[str, type[Fault]] = {
+    cls.kind: cls for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash)
+}

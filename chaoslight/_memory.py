@@ -1,0 +1,99 @@
+"""Simulated device memory: the CUDA-shaped OOM, Allocate holds, and a per-rank budget."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from chaoslight._schedule import MemoryBudget
+
+
+def format_bytes(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(nbytes) < 1024 or unit == "TiB":
+            return f"{nbytes:.2f} {unit}" if unit != "B" else f"{int(nbytes)} bytes"
+        nbytes /= 1024
+    raise AssertionError("unreachable")
+
+
+def simulated_oom(nbytes: int, rank: int, cause: str, used: int = 0, limit: int | None = None) -> Any:
+    """A ``torch.OutOfMemoryError`` whose message has the shape of a real CUDA OOM."""
+    import torch
+
+    capacity = limit if limit is not None else max(used, nbytes) * 2
+    free = max(capacity - used, 0)
+    message = (
+        f"CUDA out of memory. Tried to allocate {format_bytes(nbytes)}. GPU {rank} has a total "
+        f"capacity of {format_bytes(capacity)} of which {format_bytes(free)} is free. Of the "
+        f"allocated memory {format_bytes(used)} is allocated by PyTorch, and 0 bytes is reserved "
+        "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
+        f"[simulated by chaoslight: {cause}]"
+    )
+    return torch.OutOfMemoryError(message)
+
+
+@dataclass
+class Hold:
+    tensor: Any
+    nbytes: int
+    release_step: int | None  # None: held until injection ends
+    fault: str
+
+
+class MemoryLedger:
+    """Counts what lives on this rank's simulated device against an optional budget."""
+
+    def __init__(self, budget: MemoryBudget | None, rank_of: Any) -> None:
+        self.budget = budget
+        self.used = 0
+        self.holds: list[Hold] = []
+        self._rank_of = rank_of
+
+    def charge(self, nbytes: int, cause: str) -> None:
+        """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
+        if self.budget is not None and self.used + nbytes > self.budget.limit_bytes:
+            raise simulated_oom(nbytes, self._rank_of(), cause, self.used, self.budget.limit_bytes)
+        self.used += nbytes
+
+    def give_back(self, nbytes: int) -> None:
+        self.used -= nbytes
+
+    def track(self, tensor: Any) -> None:
+        """A tensor made by a factory function counts against the budget while it lives."""
+        if self.budget is None:
+            return
+        nbytes = tensor.nbytes
+        if nbytes < self.budget.min_tracked_bytes:
+            return
+        self.charge(nbytes, f"torch factory allocation of {format_bytes(nbytes)}")
+        weakref.finalize(tensor, self.give_back, nbytes)
+
+    def allocate(self, nbytes: int, device: Any, release_step: int | None, fault: str) -> None:
+        import torch
+
+        self.charge(nbytes, fault)
+        try:
+            tensor = torch.ones(nbytes, dtype=torch.uint8, device=device)  # touch every page
+        except BaseException:
+            self.give_back(nbytes)
+            raise
+        self.holds.append(Hold(tensor, nbytes, release_step, fault))
+
+    def release_due(self, step: int | None) -> list[Hold]:
+        if not self.holds or step is None:
+            return []
+        due = [h for h in self.holds if h.release_step is not None and h.release_step <= step]
+        for hold in due:
+            self._release(hold)
+        return due
+
+    def release_all(self) -> None:
+        for hold in list(self.holds):
+            self._release(hold)
+
+    def _release(self, hold: Hold) -> None:
+        self.holds.remove(hold)
+        self.give_back(hold.nbytes)
+        hold.tensor = None

@@ -1,0 +1,145 @@
+"""``chaoslight.inject``: activate a schedule around any code, restore everything after."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from chaoslight import _sites
+from chaoslight._engine import Engine
+from chaoslight._errors import InjectionActive, InvalidArgument
+from chaoslight._events import FIRED, Event, render_report, to_jsonl
+from chaoslight._faults import OOM, Fault
+from chaoslight._schedule import Schedule
+
+_LOCK = threading.Lock()
+_ACTIVE: Injection | None = None
+
+ScheduleLike = Schedule | Fault | Iterable[Fault] | str | None
+
+
+def as_schedule(schedule: ScheduleLike) -> Schedule:
+    """Accept a Schedule, one fault, a list of faults, or the JSON/text form."""
+    if schedule is None:
+        return Schedule()
+    if isinstance(schedule, Schedule):
+        return schedule
+    if isinstance(schedule, Fault):
+        return Schedule([schedule])
+    if isinstance(schedule, str):
+        return Schedule.parse(schedule)
+    if isinstance(schedule, Iterable):
+        return Schedule(schedule)
+    raise InvalidArgument(
+        f"schedule={schedule!r} must be a Schedule, a fault, a list of faults or text"
+    )
+
+
+class Run:
+    """What happened while a schedule was active: the events and the per-site call counts."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.events: list[Event] = []
+        self.reached: Counter[tuple[str, int]] = Counter()
+
+    def fired(self, site: str | None = None) -> list[Event]:
+        """The firing events, optionally only those at ``site``."""
+        return [e for e in self.events if e.kind == FIRED and (site is None or e.site == site)]
+
+    def report(self) -> str:
+        return render_report(self.events, self.reached)
+
+    def to_jsonl(self) -> str:
+        return to_jsonl(self.events)
+
+    def __repr__(self) -> str:
+        return f"<Run {len(self.fired())} fired of {len(self.schedule)} faults>"
+
+
+class Injection:
+    """The context manager ``inject()`` returns; entering it yields the ``Run``."""
+
+    def __init__(
+        self,
+        schedule: ScheduleLike,
+        events_file: str | os.PathLike[str] | None = None,
+        observe: Iterable[str] = (),
+    ) -> None:
+        self.schedule = as_schedule(schedule)
+        self.events_file = events_file
+        self.observe = frozenset(observe)
+        self.run = Run(self.schedule)
+        self._engine: Engine | None = None
+        self._patches: list[_sites.Patch] = []
+
+    def __enter__(self) -> Run:
+        global _ACTIVE
+        with _LOCK:
+            if _ACTIVE is not None:
+                raise InjectionActive(
+                    "inject() is already active in this process (schedule: "
+                    f"{_ACTIVE.schedule.to_text() or 'empty'!r}); one schedule per process: "
+                    "put all the faults in one Schedule"
+                )
+            _ACTIVE = self
+        try:
+            self._engine = Engine(self.schedule, self.events_file, self.observe)
+            deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
+            points = _sites.points_for(
+                self.schedule.sites | self.observe, deferred_oom=deferred,
+                budget=self.schedule.memory_budget is not None,
+            )
+            self._patches = _sites.install(points)
+            _sites.STATE.dispatcher = self._engine
+        except BaseException:
+            self._teardown()
+            raise
+        return self.run
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._teardown()
+
+    def _teardown(self) -> None:
+        global _ACTIVE
+        try:
+            _sites.STATE.dispatcher = None
+            _sites.uninstall(self._patches)
+            if self._engine is not None:
+                self._engine.close()
+                self.run.events = list(self._engine.events)
+                self.run.reached = Counter(self._engine.reached)
+        finally:
+            with _LOCK:
+                if _ACTIVE is self:
+                    _ACTIVE = None
+
+    @property
+    def engine(self) -> Engine | None:
+        return self._engine
+
+
+def inject(
+    schedule: ScheduleLike = None,
+    *,
+    events_file: str | os.PathLike[str] | None = None,
+    observe: Iterable[str] = (),
+) -> Injection:
+    """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
+
+    ``with chaoslight.inject(schedule) as run: trainer.fit(model)`` then ``run.events``.
+    ``events_file`` appends each event as a JSON line the moment it happens (so a rank
+    that is killed still leaves its log). Only one injection may be active per process:
+    a second raises ``InjectionActive`` rather than silently skipping faults.
+    ``observe`` names extra sites to route through the engine without faults, so a
+    watchdog can see progress (``engine.last_activity``, ``engine.in_progress``).
+    """
+    return Injection(schedule, events_file, observe)
+
+
+def active() -> Injection | None:
+    """The injection active in this process, if any."""
+    return _ACTIVE

@@ -1,0 +1,87 @@
+"""Injection sites: the patch points that route torch and Lightning calls to the runtime.
+
+A *site* is a name from the catalogue (``lightning.training_step``); a *patch point* is
+one attribute that gets a wrapt wrapper (``lightning.pytorch.trainer.call:
+_call_strategy_hook``). One patch point may serve many sites, and one site may need
+several patch points (both Lightning flavours, ``torch.distributed`` and its c10d
+module). Patches are installed only for the sites a schedule names, and each wrapper
+passes straight through when no dispatcher is active.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from chaoslight._catalog import SITES
+from chaoslight._sites import _lightning, _torch
+from chaoslight._sites._core import (
+    STATE,
+    Behaviour,
+    Dispatcher,
+    PatchPoint,
+)
+from chaoslight._sites._patch import MISSING, Patch, resolve, wrap_attribute
+
+PATCH_POINTS: tuple[PatchPoint, ...] = _lightning.PATCH_POINTS + _torch.PATCH_POINTS
+
+__all__ = [
+    "MISSING",
+    "PATCH_POINTS",
+    "STATE",
+    "Behaviour",
+    "Dispatcher",
+    "Patch",
+    "PatchPoint",
+    "install",
+    "points_for",
+]
+
+
+def points_for(
+    sites: Iterable[str], deferred_oom: bool = False, budget: bool = False
+) -> list[PatchPoint]:
+    """The patch points needed for these sites (plus the runtime's own tracking points)."""
+    wanted = set(sites)
+    unknown = wanted - set(SITES)
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    chosen = []
+    for point in PATCH_POINTS:
+        if (
+            point.always
+            or point.sites & wanted
+            or (deferred_oom and point.sync_point)
+            or (budget and point.factory)
+        ):
+            chosen.append(point)
+    return chosen
+
+
+def install(points: Iterable[PatchPoint]) -> list[Patch]:
+    """Wrap every available owner of every point; return the patches in install order.
+
+    On any failure the patches made so far are undone before the error propagates.
+    """
+    patches: list[Patch] = []
+    try:
+        for point in points:
+            for owner in point.owners():
+                patches.append(wrap_attribute(owner, point.attribute, point.wrapper))
+    except BaseException:
+        uninstall(patches)
+        raise
+    return patches
+
+
+def uninstall(patches: list[Patch]) -> None:
+    """Undo patches in reverse order, so an attribute wrapped twice unwinds correctly."""
+    for patch in reversed(patches):
+        patch.undo()
+    patches.clear()
+
+
+def implemented_sites() -> frozenset[str]:
+    return frozenset().union(*(point.sites for point in PATCH_POINTS))
+
+
+_ = resolve  # re-exported for tests that look up owners by path

@@ -1,0 +1,114 @@
+"""The contract between sites and the runtime: the active dispatcher and site behaviours."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chaoslight._sites._patch import Wrapper, resolve
+
+Call = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one site's call is skipped, poisoned or interrupted when a fault asks.
+
+    - ``skip(args, kwargs)``: the value returned instead of doing the work (DropSync).
+    - ``poison(result, args, kwargs, value)``: the result with NaN/Inf in it (Corrupt).
+    - ``before_abort(wrapped, args, kwargs)``: run before a Raise/Crash/OOM aborts the
+      call (``torch.save`` writes half its bytes first).
+    - ``reduce(wrapped, args, kwargs, order)``: the call with another summation order.
+    """
+
+    skip: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None
+    poison: Callable[[Any, tuple[Any, ...], dict[str, Any], float], Any] | None = None
+    before_abort: Callable[[Call, tuple[Any, ...], dict[str, Any]], None] | None = None
+    reduce: Callable[[Call, tuple[Any, ...], dict[str, Any], str], Any] | None = None
+
+
+class Dispatcher(Protocol):
+    """What the runtime offers the wrappers while a schedule is active."""
+
+    armed: frozenset[str]
+
+    def call(
+        self,
+        site: str,
+        wrapped: Call,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        behaviour: Behaviour,
+    ) -> Any: ...
+
+    def sync_point(self) -> None: ...
+
+    def track_allocation(self, tensor: Any) -> None: ...
+
+    def saw_trainer(self, trainer: Any) -> None: ...
+
+
+class _State:
+    dispatcher: Dispatcher | None = None
+
+
+STATE = _State()
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    """One attribute to wrap on every owner that can be imported.
+
+    ``owner_paths`` are ``module:Qualname`` (or bare module) paths; with
+    ``subclasses=True`` every loaded subclass that overrides the attribute is wrapped
+    too, since Lightning's strategies override some of the methods they dispatch to.
+    """
+
+    key: str
+    owner_paths: tuple[str, ...]
+    attribute: str
+    wrapper: Wrapper
+    sites: frozenset[str] = frozenset()
+    subclasses: bool = False
+    always: bool = False  # installed whenever a schedule is active (trainer tracking)
+    sync_point: bool = False  # a deferred OOM surfaces here
+    factory: bool = False  # counts tensors against a MemoryBudget
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def owners(self) -> Iterator[Any]:
+        seen: set[int] = set()
+        for path in self.owner_paths:
+            owner = resolve(path)
+            if owner is None or id(owner) in seen:
+                continue
+            seen.add(id(owner))
+            yield owner
+            if self.subclasses and isinstance(owner, type):
+                for sub in _all_subclasses(owner):
+                    if self.attribute in vars(sub) and id(sub) not in seen:
+                        seen.add(id(sub))
+                        yield sub
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    stack = list(cls.__subclasses__())
+    while stack:
+        sub = stack.pop()
+        found.append(sub)
+        stack.extend(sub.__subclasses__())
+    return found
+
+
+def site_wrapper(site: str, behaviour: Behaviour = Behaviour()) -> Wrapper:
+    """A wrapper for a patch point that serves exactly one site."""
+
+    def wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        dispatcher = STATE.dispatcher
+        if dispatcher is None or site not in dispatcher.armed:
+            return wrapped(*args, **kwargs)
+        return dispatcher.call(site, wrapped, instance, args, kwargs, behaviour)
+
+    return wrapper

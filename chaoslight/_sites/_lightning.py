@@ -1,0 +1,137 @@
+"""Lightning patch points, for both ``lightning.pytorch`` and ``pytorch_lightning``.
+
+Lightning's loops reach the user's code through three dispatchers in
+``<pkg>.trainer.call``, always looked up as module attributes (``call._call_...``), so
+wrapping those names intercepts every step, hook and callback, whichever strategy runs:
+
+- ``_call_strategy_hook``: training/validation/test/predict_step and backward;
+- ``_call_callback_hooks``: every hook Lightning dispatches to callbacks;
+- ``_call_lightning_module_hook``: optimizer_step and the module-only hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoslight._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
+from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
+from chaoslight._sites._patch import Wrapper
+from chaoslight._sites._tensors import poison
+
+FLAVOURS = ("lightning.pytorch", "pytorch_lightning")
+
+# Hooks Lightning dispatches to callbacks; the site fires there, once per hook event.
+CALLBACK_HOOKS = frozenset(LIGHTNING_HOOKS) - {
+    "on_validation_model_eval",
+    "on_validation_model_train",
+    "on_validation_model_zero_grad",
+    "on_test_model_eval",
+    "on_test_model_train",
+    "on_predict_model_eval",
+    "configure_model",
+}
+MODULE_ONLY_HOOKS = frozenset(LIGHTNING_HOOKS) - CALLBACK_HOOKS
+
+RESULT_BEHAVIOUR = Behaviour(poison=lambda result, args, kwargs, value: poison(result, value))
+
+STRATEGY_SITES = {name: f"lightning.{name}" for name in LIGHTNING_STEPS} | {
+    "backward": "lightning.backward"
+}
+CALLBACK_SITES = {hook: f"lightning.{hook}" for hook in CALLBACK_HOOKS}
+MODULE_SITES = {hook: f"lightning.{hook}" for hook in MODULE_ONLY_HOOKS} | {
+    "optimizer_step": "lightning.optimizer_step"
+}
+
+
+def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> Wrapper:
+    """Wrap ``call._call_*(trainer, hook_name, ...)``: the hook name picks the site."""
+
+    def wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        dispatcher = STATE.dispatcher
+        if dispatcher is None:
+            return wrapped(*args, **kwargs)
+        site = site_by_hook.get(args[1]) if len(args) > 1 else None
+        if site is None or site not in dispatcher.armed:
+            return wrapped(*args, **kwargs)
+        dispatcher.saw_trainer(args[0])
+        return dispatcher.call(site, wrapped, instance, args, kwargs, behaviour)
+
+    return wrapper
+
+
+def _trainer_tracker(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Around fit/validate/test/predict: tell the runtime which trainer is running."""
+    dispatcher = STATE.dispatcher
+    if dispatcher is not None and args:
+        dispatcher.saw_trainer(args[0])
+    return wrapped(*args, **kwargs)
+
+
+def _paths(suffix: str) -> tuple[str, ...]:
+    return tuple(f"{flavour}.{suffix}" for flavour in FLAVOURS)
+
+
+PATCH_POINTS: tuple[PatchPoint, ...] = (
+    PatchPoint(
+        "lightning:trainer",
+        _paths("trainer.call"),
+        "_call_and_handle_interrupt",
+        _trainer_tracker,
+        always=True,
+    ),
+    PatchPoint(
+        "lightning:strategy_hooks",
+        _paths("trainer.call"),
+        "_call_strategy_hook",
+        _dispatcher_wrapper(STRATEGY_SITES, RESULT_BEHAVIOUR),
+        sites=frozenset(STRATEGY_SITES.values()),
+    ),
+    PatchPoint(
+        "lightning:callback_hooks",
+        _paths("trainer.call"),
+        "_call_callback_hooks",
+        _dispatcher_wrapper(CALLBACK_SITES, Behaviour()),
+        sites=frozenset(CALLBACK_SITES.values()),
+    ),
+    PatchPoint(
+        "lightning:module_hooks",
+        _paths("trainer.call"),
+        "_call_lightning_module_hook",
+        _dispatcher_wrapper(MODULE_SITES, Behaviour()),
+        sites=frozenset(MODULE_SITES.values()),
+    ),
+    PatchPoint(
+        # nn.Module.__call__ is looked up on the type; defining it on LightningModule
+        # catches self(x) on every user subclass without touching other modules.
+        "lightning:forward",
+        _paths("core.module:LightningModule"),
+        "__call__",
+        site_wrapper("lightning.forward", RESULT_BEHAVIOUR),
+        sites=frozenset({"lightning.forward"}),
+    ),
+    PatchPoint(
+        "lightning:save_checkpoint",
+        _paths("strategies.strategy:Strategy"),
+        "save_checkpoint",
+        site_wrapper("lightning.save_checkpoint"),
+        sites=frozenset({"lightning.save_checkpoint"}),
+        subclasses=True,
+    ),
+    PatchPoint(
+        "lightning:load_checkpoint",
+        _paths("strategies.strategy:Strategy"),
+        "load_checkpoint",
+        site_wrapper("lightning.load_checkpoint"),
+        sites=frozenset({"lightning.load_checkpoint"}),
+        subclasses=True,
+    ),
+    PatchPoint(
+        # The prefetching fetcher calls super().__next__(), so only the base is wrapped:
+        # the site fires once per batch pulled from the dataloader.
+        "lightning:next_batch",
+        _paths("loops.fetchers:_DataFetcher"),
+        "__next__",
+        site_wrapper("lightning.next_batch", RESULT_BEHAVIOUR),
+        sites=frozenset({"lightning.next_batch"}),
+    ),
+)
