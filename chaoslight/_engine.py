@@ -197,7 +197,8 @@ class Engine:
             elif isinstance(fault, DropSync):
                 skip = True
         if skip and behaviour.skip is not None:
-            return behaviour.skip(args, kwargs)
+            with self.internal():
+                return behaviour.skip(args, kwargs)
         if reorder is not None and behaviour.reduce is not None:
             with self.internal():
                 result = behaviour.reduce(wrapped, args, kwargs, reorder)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from chaoslight._catalog import REDUCTION, RESULT, SITES, SYNC
 from chaoslight._errors import InvalidArgument, suggest
 
-REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied")
+REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied", "compressed")
 CORRUPT_VALUES = ("nan", "inf", "-inf")
 MAX_DELAY_SECONDS = 3600.0
 
@@ -162,7 +162,10 @@ class ReorderReduction(Fault):
     """Sum the ranks' contributions in another order, so results differ in the last bits.
 
     ``order`` is one of reversed, tree, chunked, premultiplied (divide each contribution
-    by the world size, then sum), or an explicit permutation of ranks such as ``"2,0,1"``.
+    by the world size, then sum), compressed (round each contribution to bfloat16 first,
+    as DDP's bf16 compression hook does), or a permutation of ranks such as ``"2,0,1"``.
+    At world size 2 only ``compressed`` changes bits: a + b is bitwise b + a, and
+    scaling by 1/2 is exact.
     """
 
     kind: ClassVar[str] = "reorder"

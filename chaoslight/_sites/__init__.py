@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from chaoslight._catalog import SITES
-from chaoslight._sites import _lightning, _torch
+from chaoslight._sites import _ddp, _lightning, _torch
 from chaoslight._sites._core import (
     STATE,
     Behaviour,
@@ -22,7 +22,9 @@ from chaoslight._sites._core import (
 )
 from chaoslight._sites._patch import MISSING, Patch, resolve, wrap_attribute
 
-PATCH_POINTS: tuple[PatchPoint, ...] = _lightning.PATCH_POINTS + _torch.PATCH_POINTS
+PATCH_POINTS: tuple[PatchPoint, ...] = (
+    _lightning.PATCH_POINTS + _ddp.PATCH_POINTS + _torch.PATCH_POINTS
+)
 
 __all__ = [
     "MISSING",

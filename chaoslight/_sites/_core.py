@@ -49,6 +49,9 @@ class Dispatcher(Protocol):
 
     def saw_trainer(self, trainer: Any) -> None: ...
 
+    def internal(self) -> Any:
+        """A context in which chaoslight's own torch calls pass through every site."""
+
 
 class _State:
     dispatcher: Dispatcher | None = None

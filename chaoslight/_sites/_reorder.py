@@ -27,6 +27,12 @@ def ordered_sum(parts: list[Any], order: str) -> Any:
         return _tree(parts)
     if order == "chunked":
         return _chunked(parts)
+    if order == "compressed":
+        import torch
+
+        dtype = parts[0].dtype
+        rounded = [p.to(torch.bfloat16).to(dtype) for p in parts]
+        return _sequential(rounded, list(range(world)))
     if order == "premultiplied":
         # NCCL's pre-multiplied average: scale each contribution, then sum, then rescale.
         return _sequential([p / world for p in parts], list(range(world))) * world
