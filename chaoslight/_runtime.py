@@ -73,12 +73,20 @@ class Injection:
         self.events_file = events_file
         self.observe = frozenset(observe)
         self.run = Run(self.schedule)
+        self.from_environment = False  # started by CHAOSLIGHT_SCHEDULE, see _autostart
+        self._joined = False
         self._engine: Engine | None = None
         self._patches: list[_sites.Patch] = []
 
     def __enter__(self) -> Run:
         global _ACTIVE
         with _LOCK:
+            if _ACTIVE is not None and _ACTIVE.from_environment and _ACTIVE.schedule == self.schedule:
+                # The job's launcher already armed this very schedule in this rank (the
+                # user's script re-run by Lightning's launcher): join it, do not double it.
+                self._joined = True
+                self.run = _ACTIVE.run
+                return self.run
             if _ACTIVE is not None:
                 raise InjectionActive(
                     "inject() is already active in this process (schedule: "
@@ -101,6 +109,9 @@ class Injection:
         return self.run
 
     def __exit__(self, *exc_info: object) -> None:
+        if self._joined:
+            self._joined = False
+            return
         self._teardown()
 
     def _teardown(self) -> None:

@@ -6,15 +6,16 @@ from typing import Any
 
 
 def poison(obj: Any, value: float) -> Any:
-    """Return ``obj`` with every floating-point tensor in it replaced by ``t + value``.
+    """Return ``obj`` with every floating-point tensor in it replaced by ``t * value``.
 
-    Out of place and differentiable, so a poisoned loss still back-propagates (as NaN).
+    Out of place and differentiable: a loss multiplied by NaN is NaN and so is every
+    gradient through it (adding NaN would leave the gradients finite).
     Dicts, lists and tuples are rebuilt; integer tensors (labels, indices) are kept.
     """
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj + value if obj.is_floating_point() else obj
+        return obj * value if obj.is_floating_point() else obj
     if isinstance(obj, dict):
         return type(obj)((k, poison(v, value)) for k, v in obj.items())
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
@@ -32,4 +33,4 @@ def poison_in_place(obj: Any, value: float) -> None:
     with torch.no_grad():
         for item in items:
             if isinstance(item, torch.Tensor) and item.is_floating_point():
-                item.add_(value)
+                item.mul_(value)

@@ -1,0 +1,60 @@
+"""The ``chaoslight`` command: ``sites``, ``faults`` and ``run``.
+
+Usage errors (bad flags, an unreadable or invalid schedule, a missing command) print
+one line and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from chaoslight._errors import ChaosError
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="chaoslight", description="Deterministic chaos for Lightning training.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands.add_parser("sites", help="list the injection sites, one line each")
+    commands.add_parser("faults", help="list the fault kinds, one line each")
+    run = commands.add_parser(
+        "run",
+        help="run any command with a schedule active in every Python process it starts",
+        description="chaoslight run --schedule FILE -- torchrun --nproc-per-node 2 train.py",
+    )
+    run.add_argument("--schedule", required=True, help="schedule file (JSON or text form)")
+    run.add_argument("--timeout", type=float, default=None, help="kill the job after S seconds")
+    run.add_argument("--events-dir", default=None, help="keep the per-process event logs here")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from chaoslight._cli import _catalogue, _run
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "sites":
+            return _catalogue.print_sites()
+        if args.command == "faults":
+            return _catalogue.print_faults()
+        return _run.run_command(args)
+    except (UsageError, ChaosError) as exc:
+        print(f"chaoslight: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())
