@@ -19,6 +19,7 @@ from rich.console import Console
 
 from chaoslight._autostart import EVENTS_VARIABLE, SCHEDULE_VARIABLE
 from chaoslight._events import Event, from_jsonl, merge, render_report
+from chaoslight._proc import kill_tree
 from chaoslight._schedule import Schedule
 
 TIMEOUT_STATUS = 124
@@ -86,6 +87,7 @@ def _launch(
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    kill_tree(process.pid)  # ranks may sit in sessions of their own: kill the whole tree
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:

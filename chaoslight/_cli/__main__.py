@@ -1,0 +1,3 @@
+from chaoslight._cli import entry
+
+entry()
