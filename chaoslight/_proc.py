@@ -2,12 +2,12 @@
 
 Launchers (torchrun, Lightning's ddp launcher) may put ranks in sessions of their own,
 so killing a process group is not enough: the whole tree is found through ``/proc``
-and killed leaves first... all at once, with SIGKILL, since a stuck gloo rank ignores
-SIGTERM.
+and killed with SIGKILL, since a stuck gloo rank ignores SIGTERM.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -43,7 +43,5 @@ def descendants(pid: int) -> list[int]:
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and everything below it; missing processes are ignored."""
     for target in [*descendants(pid), pid]:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(target, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass

@@ -71,7 +71,9 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     """The installed entry point maps a usage error to exit status 2 and one stderr line."""
     result = subprocess.run(
         [sys.executable, "-c", "from chaoslight._cli import entry; entry()", "run", "--", "x"],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
@@ -92,14 +94,30 @@ def test_run_arms_plain_python_process_and_merges_events(tmp_path: Path) -> None
     schedule.write_text('raise@torch.save exception=OSError args=[28,"No space left on device"]\n')
     events = tmp_path / "events"
     result = subprocess.run(
-        [sys.executable, "-m", "chaoslight._cli", "run", "--schedule", str(schedule),
-         "--events-dir", str(events), "--", sys.executable, str(script)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "chaoslight._cli",
+            "run",
+            "--schedule",
+            str(schedule),
+            "--events-dir",
+            str(events),
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "caught 28" in result.stdout
     assert "fired    raise@torch.save" in result.stderr
-    logged = [json.loads(line) for p in events.glob("*.jsonl") for line in p.read_text().splitlines()]
+    logged = [
+        json.loads(line) for p in events.glob("*.jsonl") for line in p.read_text().splitlines()
+    ]
     assert [e["site"] for e in logged if e["kind"] == "fired"] == ["torch.save"]
 
 
@@ -113,11 +131,31 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
     )
     events = tmp_path / "events"
     result = subprocess.run(
-        [sys.executable, "-m", "chaoslight._cli", "run", "--schedule", str(schedule),
-         "--timeout", "240", "--events-dir", str(events), "--",
-         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(REPO / "examples" / "torchrun_train.py")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "chaoslight._cli",
+            "run",
+            "--schedule",
+            str(schedule),
+            "--timeout",
+            "240",
+            "--events-dir",
+            str(events),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            str(REPO / "examples" / "torchrun_train.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     fired = [
@@ -126,6 +164,8 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
         for e in map(json.loads, p.read_text().splitlines())
         if e["kind"] == "fired"
     ]
-    assert sorted(fired) == [(0, "lightning.on_train_batch_end", 2),
-                             (1, "dist.gradient_allreduce", 1)]
+    assert sorted(fired) == [
+        (0, "lightning.on_train_batch_end", 2),
+        (1, "dist.gradient_allreduce", 1),
+    ]
     assert "rank 1 step   1 fired    delay@dist.gradient_allreduce" in result.stderr

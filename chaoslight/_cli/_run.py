@@ -9,6 +9,7 @@ logs are merged by time and printed, and the command's exit status is returned.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from chaoslight._schedule import Schedule
 
 TIMEOUT_STATUS = 124
 
-SITECUSTOMIZE = '''\
+SITECUSTOMIZE = """\
 # Written by `chaoslight run`: arms fault injection in every Python process of the job.
 import sys
 
@@ -33,7 +34,7 @@ try:
 except ImportError as exc:  # a fault silently not injected would look like a pass
     sys.exit(f"chaoslight run: this Python cannot import chaoslight ({exc})")
 arm()
-'''
+"""
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -88,10 +89,8 @@ def _launch(
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
     kill_tree(process.pid)  # ranks may sit in sessions of their own: kill the whole tree
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 

@@ -1,0 +1,139 @@
+"""chaoslight.strategies: valid schedules, argument errors, and how they shrink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from chaoslight.strategies import (
+    BENIGN_KINDS,
+    HARD_KINDS,
+    allocations,
+    delays,
+    dropped_syncs,
+    one_fault,
+    reorders,
+    schedules,
+)
+from hypothesis import HealthCheck, find, given, settings
+
+from chaoslight import InvalidArgument, Schedule
+from chaoslight._catalog import SITES
+from chaoslight._minimize import drop_redundant_faults
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(schedule=schedules(world_size=3, steps=5, max_faults=4))
+def test_generated_schedules_are_valid_and_round_trip(schedule: Schedule) -> None:
+    """Every drawn schedule stays inside its bounds and survives the JSON and text forms."""
+    assert 1 <= len(schedule) <= 4
+    for fault in schedule:
+        assert fault.rank is not None and 0 <= fault.rank < 3
+        assert fault.step is not None and 0 <= fault.step < 5
+        assert fault.site in SITES
+    assert Schedule.from_json(schedule.to_json()) == schedule
+    assert Schedule.from_text(schedule.to_text()) == schedule
+
+
+@FAST
+@given(schedule=schedules(mode="survive"))
+def test_survive_mode_draws_only_benign_faults(schedule: Schedule) -> None:
+    """mode='survive' draws only faults a correct program must tolerate."""
+    assert {f.kind for f in schedule} <= set(BENIGN_KINDS)
+
+
+@FAST
+@given(schedule=schedules(mode="fail-cleanly"))
+def test_fail_cleanly_mode_draws_only_hard_faults(schedule: Schedule) -> None:
+    """mode='fail-cleanly' draws only faults a correct program must turn into an error."""
+    assert {f.kind for f in schedule} <= set(HARD_KINDS)
+
+
+@FAST
+@given(fault=dropped_syncs(sites=["lightning.training_step", "dist.barrier", "dist.all_reduce"]))
+def test_kind_strategies_respect_site_capabilities(fault: object) -> None:
+    """DropSync is only drawn at sync sites, even when other sites are allowed."""
+    assert getattr(fault, "site", None) in ("dist.barrier", "dist.all_reduce")
+
+
+def shrink(strategy: object, fails: Callable[[Schedule], bool]) -> Schedule:
+    """Hypothesis's shrink, then chaoslight's deletion pass, as the fuzzer does."""
+    found = find(strategy, fails, settings=settings(database=None, max_examples=5000))  # type: ignore[arg-type]
+    return drop_redundant_faults(found, fails)
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_schedules_shrink_to_one_fault_lowest_rank_earliest_step(attempt: int) -> None:
+    """A failure that needs any crash shrinks to one crash at rank 0, step 0, the first site."""
+    minimal = shrink(schedules(world_size=4, steps=8), lambda s: any(f.kind == "crash" for f in s))
+    assert minimal.to_text() == "crash@lightning.training_step rank=0 step=0"
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_two_fault_failure_shrinks_to_exactly_those_two(attempt: int) -> None:
+    """A failure needing a delay on rank 1 and an OOM at step 2 shrinks to just those two."""
+
+    def fails(s: Schedule) -> bool:
+        return any(f.kind == "delay" and f.rank == 1 for f in s) and any(
+            f.kind == "oom" and f.step == 2 for f in s
+        )
+
+    minimal = shrink(schedules(world_size=2, steps=4, max_faults=5), fails)
+    assert sorted(minimal.to_text().splitlines()) == [
+        "delay@lightning.training_step rank=1 step=0 seconds=0.001",
+        "oom@lightning.training_step rank=0 step=2",
+    ]
+
+
+def test_delays_shrink_to_one_millisecond() -> None:
+    """Delays shrink to the smallest delay that still fails."""
+    minimal = find(delays(max_seconds=2.0), lambda f: f.seconds >= 0.25)  # type: ignore[attr-defined]
+    assert minimal.seconds == 0.25  # type: ignore[attr-defined]
+
+
+def test_allocations_shrink_to_smallest_size() -> None:
+    """Allocations shrink to the smallest size (in KiB) that still fails."""
+    minimal = find(allocations(max_bytes=2**20), lambda f: f.nbytes > 4096)  # type: ignore[attr-defined]
+    assert minimal.nbytes == 5 * 1024  # type: ignore[attr-defined]
+
+
+def test_reorders_only_at_reduction_sites() -> None:
+    """Reorders are drawn only at reduction sites."""
+    fault = find(reorders(), lambda f: True)
+    assert "reduction" in SITES[fault.site].capabilities
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: schedules(world_size=0), "world_size=0 must be an int of at least 1"),
+        (lambda: schedules(steps=-1), "steps=-1"),
+        (lambda: schedules(max_faults=0), "max_faults=0"),
+        (lambda: schedules(sites=["lightning.trainng_step"]), "did you mean"),
+        (lambda: schedules(sites=[]), "at least one site"),
+        (lambda: schedules(faults=["oomm"]), "'oomm' is not a fault kind"),
+        (lambda: schedules(mode="surviv"), "did you mean 'survive'"),
+        (lambda: schedules(mode="survive", faults=["oom"]), "not both"),
+        (lambda: one_fault(sites=["torch.save"], kinds=["drop_sync"]), "no fault kind"),
+        (lambda: delays(max_seconds=0), "max_seconds=0"),
+    ],
+)
+def test_bad_arguments_fail_when_built(build: object, message: str) -> None:
+    """Bad strategy arguments raise InvalidArgument naming the argument, at build time."""
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(")) as info:
+        build()  # type: ignore[operator]
+    assert "\n" not in str(info.value)
+
+
+def test_deletion_pass_keeps_only_needed_faults() -> None:
+    """The deletion pass removes every fault the failure does not need, keeping order."""
+    schedule = Schedule.parse(
+        "delay@lightning.training_step rank=0 step=0\n"
+        "crash@lightning.forward rank=1 step=2\n"
+        "oom@lightning.backward rank=0 step=1\n"
+        "raise@dist.barrier rank=1 step=3\n"
+    )
+    minimal = drop_redundant_faults(schedule, lambda s: {f.kind for f in s} >= {"crash", "raise"})
+    assert [f.kind for f in minimal] == ["crash", "raise"]
