@@ -14,7 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._catalog import SITES
-from chaoslight._errors import ChaosError, InjectionActive, InvalidArgument, InvalidSchedule
+from chaoslight._errors import (
+    ChaosError,
+    CheckFailed,
+    InjectionActive,
+    InvalidArgument,
+    InvalidSchedule,
+)
 from chaoslight._events import Event
 from chaoslight._faults import (
     FAULT_KINDS,
@@ -38,14 +44,15 @@ __all__ = [
     "Allocate",
     "ChaosCallback",
     "ChaosError",
+    "CheckFailed",
     "Corrupt",
     "Crash",
     "Delay",
     "DropSync",
     "Event",
     "Fault",
-    "InjectionActive",
     "Injection",
+    "InjectionActive",
     "InvalidArgument",
     "InvalidSchedule",
     "MemoryBudget",

@@ -16,7 +16,7 @@ import weakref
 from collections import Counter
 from typing import IO, Any
 
-from chaoslight._context import current_rank, device_of, step_of
+from chaoslight._context import current_rank, device_of, environment_rank, step_of
 from chaoslight._errors import InvalidSchedule
 from chaoslight._events import FIRED, NOTE, RELEASED, SURFACED, Event
 from chaoslight._faults import (
@@ -83,6 +83,9 @@ class Engine:
         self.events: list[Event] = []
         self.pending_oom: BaseException | None = None
         self.ledger = MemoryLedger(schedule.memory_budget, current_rank)
+        # A launcher sets the rank variables before the process starts: read them once.
+        self.environment_rank = environment_rank()
+        self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
         self._trainer: Any = None
         self._inside: set[str] = set()
         self._local = threading.local()
@@ -92,6 +95,13 @@ class Engine:
     def saw_trainer(self, trainer: Any) -> None:
         if self._trainer is None or self._trainer() is not trainer:
             self._trainer = weakref.ref(trainer)
+            self._attach(trainer)
+
+    def _attach(self, trainer: Any) -> None:
+        """Give a newly seen Trainer the checks' observer callbacks (once each)."""
+        callbacks = getattr(trainer, "callbacks", None)
+        if isinstance(callbacks, list):
+            callbacks.extend(cb for cb in self.callbacks if cb not in callbacks)
 
     @property
     def trainer(self) -> Any:
@@ -116,7 +126,9 @@ class Engine:
     ) -> Any:
         if site in self._inside or getattr(self._local, "depth", 0):
             return wrapped(*args, **kwargs)  # nested (super() chains) or chaoslight's own call
-        rank, step = current_rank(), self.step()
+        rank, step = current_rank(self.environment_rank), self.step()
+        if behaviour.step_of is not None:
+            step = behaviour.step_of(self.trainer, instance, step)
         self.last_activity = time.monotonic()
         self._release_due(rank, step)
         self.calls[site] += 1

@@ -25,6 +25,14 @@ class InjectionActive(ChaosError, RuntimeError):
     """
 
 
+class CheckFailed(ChaosError, AssertionError):
+    """A check found a broken invariant; ``violations`` says what, where and why."""
+
+    def __init__(self, violations: list[object]) -> None:
+        self.violations = violations
+        super().__init__("; ".join(str(v) for v in violations))
+
+
 def suggest(name: str, choices: Iterable[str]) -> str:
     """Return a ``; did you mean ...?`` suffix naming the closest choices, or ``''``."""
     close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.5)

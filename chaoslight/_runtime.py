@@ -10,7 +10,9 @@ from typing import Any
 
 from chaoslight import _sites
 from chaoslight._engine import Engine
-from chaoslight._errors import InjectionActive, InvalidArgument
+from chaoslight._context import current_rank
+from chaoslight._errors import CheckFailed, InjectionActive, InvalidArgument
+from chaoslight._evidence import Evidence, RankView, Violation
 from chaoslight._events import FIRED, Event, render_report, to_jsonl
 from chaoslight._faults import OOM, Fault
 from chaoslight._schedule import Schedule
@@ -45,6 +47,7 @@ class Run:
         self.schedule = schedule
         self.events: list[Event] = []
         self.reached: Counter[tuple[str, int]] = Counter()
+        self.violations: list[Violation] = []
 
     def fired(self, site: str | None = None) -> list[Event]:
         """The firing events, optionally only those at ``site``."""
@@ -68,10 +71,12 @@ class Injection:
         schedule: ScheduleLike,
         events_file: str | os.PathLike[str] | None = None,
         observe: Iterable[str] = (),
+        checks: Iterable[Any] = (),
     ) -> None:
         self.schedule = as_schedule(schedule)
         self.events_file = events_file
-        self.observe = frozenset(observe)
+        self.checks = list(checks)
+        self.observe = frozenset(observe).union(*(getattr(c, "sites", ()) for c in self.checks))
         self.run = Run(self.schedule)
         self.from_environment = False  # started by CHAOSLIGHT_SCHEDULE, see _autostart
         self._joined = False
@@ -81,7 +86,11 @@ class Injection:
     def __enter__(self) -> Run:
         global _ACTIVE
         with _LOCK:
-            if _ACTIVE is not None and _ACTIVE.from_environment and _ACTIVE.schedule == self.schedule:
+            if (
+                _ACTIVE is not None
+                and _ACTIVE.from_environment
+                and _ACTIVE.schedule == self.schedule
+            ):
                 # The job's launcher already armed this very schedule in this rank (the
                 # user's script re-run by Lightning's launcher): join it, do not double it.
                 self._joined = True
@@ -96,23 +105,42 @@ class Injection:
             _ACTIVE = self
         try:
             self._engine = Engine(self.schedule, self.events_file, self.observe)
+            self._engine.callbacks = [o for c in self.checks if (o := c.observer()) is not None]
             deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
             points = _sites.points_for(
-                self.schedule.sites | self.observe, deferred_oom=deferred,
+                self.schedule.sites | self.observe,
+                deferred_oom=deferred,
                 budget=self.schedule.memory_budget is not None,
             )
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
+            for check in self.checks:
+                getattr(check, "enter", lambda: None)()
         except BaseException:
             self._teardown()
             raise
         return self.run
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self._joined:
             self._joined = False
             return
+        for check in self.checks:
+            getattr(check, "exit", lambda: None)()
         self._teardown()
+        if self.checks:
+            self._judge(exc)
+
+    def _judge(self, exc: BaseException | None) -> None:
+        """Run every check's judge over this process's events; raise on a violation."""
+        rank = current_rank()
+        view = RankView(rank, "passed") if exc is None else RankView(
+            rank, "failed", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
+        )
+        evidence = Evidence(self.run.events, {rank: view}, self.schedule)
+        self.run.violations = [v for c in self.checks for v in c.judge(evidence)]
+        if self.run.violations and exc is None:
+            raise CheckFailed(self.run.violations)
 
     def _teardown(self) -> None:
         global _ACTIVE
@@ -138,6 +166,7 @@ def inject(
     *,
     events_file: str | os.PathLike[str] | None = None,
     observe: Iterable[str] = (),
+    checks: Iterable[Any] = (),
 ) -> Injection:
     """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
 
@@ -147,8 +176,11 @@ def inject(
     a second raises ``InjectionActive`` rather than silently skipping faults.
     ``observe`` names extra sites to route through the engine without faults, so a
     watchdog can see progress (``engine.last_activity``, ``engine.in_progress``).
+    ``checks`` (``chaoslight.checks``) observe the run and judge it on exit: a violation
+    raises ``CheckFailed`` (or, when the block already raised, is kept in
+    ``run.violations`` while the block's own exception propagates).
     """
-    return Injection(schedule, events_file, observe)
+    return Injection(schedule, events_file, observe, checks)
 
 
 def active() -> Injection | None:

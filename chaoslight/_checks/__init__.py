@@ -1,0 +1,47 @@
+"""Built-in checks: oracles that turn silent misbehaviour into failures.
+
+Pass them as ``inject(schedule, checks=[...])``, ``world.run(target, schedule,
+checks=[...])`` or ``--check NAME`` on the command line (names are stable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoslight._checks._base import Check, Evidence, RankView, Violation, observe
+from chaoslight._checks._behaviour import ErrorsSurface, NoHang
+from chaoslight._checks._invariants import DisjointShards, FiniteGrads, FiniteLoss, ReplicasInSync
+from chaoslight._checks._reruns import Deterministic
+from chaoslight._errors import InvalidArgument, suggest
+
+CHECKS: dict[str, type[Check]] = {
+    cls.name: cls
+    for cls in (ReplicasInSync, NoHang, FiniteLoss, FiniteGrads, DisjointShards, ErrorsSurface,
+                Deterministic)
+}
+
+__all__ = [
+    "CHECKS",
+    "Check",
+    "Deterministic",
+    "DisjointShards",
+    "ErrorsSurface",
+    "Evidence",
+    "FiniteGrads",
+    "FiniteLoss",
+    "NoHang",
+    "RankView",
+    "ReplicasInSync",
+    "Violation",
+    "check_by_name",
+    "observe",
+]
+
+
+def check_by_name(name: str, **params: Any) -> Check:
+    """Build a check from its stable name (``--check replicas-in-sync``)."""
+    cls = CHECKS.get(name)
+    if cls is None:
+        raise InvalidArgument(f"--check {name!r} is not a check{suggest(name, CHECKS)}; "
+                              f"known: {', '.join(CHECKS)}")
+    return cls(**params)

@@ -1,0 +1,66 @@
+"""The check protocol: observers that run in every rank, a judge that runs after.
+
+A check has two halves, so the same object works in one process and across ranks:
+
+- ``observer()``: a Lightning callback attached to the running Trainer in each rank.
+  It records *observations* (small JSON facts: a checksum, a loss's finiteness, a
+  batch's row hashes) as events of kind ``observation`` in the rank's event log. So
+  they travel with the events: to the ``Run`` in-process, through the per-rank event
+  files to a World's parent. Nothing extra crosses the process group.
+- ``judge(evidence)``: after the run, from every rank's observations and results,
+  return the violations: what differed, where (rank, step, parameter), and the usual
+  cause in one line. A violation makes the outcome **failed**.
+
+A user check is any object with ``name``, ``observer()`` and ``judge(evidence)``;
+subclass :class:`Check` and override what you need (see ``examples/user_check.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from chaoslight._evidence import OBSERVATION, Evidence, RankView, Violation
+
+__all__ = ["OBSERVATION", "Check", "Evidence", "RankView", "Violation", "observe", "observer_class"]
+
+class Check:
+    """Base class of the built-in checks; a user check may subclass it."""
+
+    name = "check"
+
+    def observer(self) -> Any:
+        """A Lightning callback to attach in each rank, or None."""
+        return None
+
+    def judge(self, evidence: Evidence) -> list[Violation]:
+        return []
+
+    def spec(self) -> dict[str, Any]:
+        """Name and parameters, to rebuild this check in another process."""
+        params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        return {"name": self.name, "params": params}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.spec()["params"].items())
+        return f"{type(self).__name__}({params})"
+
+
+def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = None) -> None:
+    """Record an observation in the active injection's event log (no-op when none)."""
+    from chaoslight._context import current_rank, step_of
+    from chaoslight._runtime import active
+
+    injection = active()
+    engine = injection.engine if injection is not None else None
+    if engine is None:
+        return
+    step = step_of(trainer) if step is None else step
+    engine.record(OBSERVATION, check, current_rank(), step, "", detail=json.dumps(facts))
+
+
+def observer_class(name: str, hooks: dict[str, Any]) -> type:
+    """A callback class subclassing both Lightning flavours' Callback, with these hooks."""
+    from chaoslight._callback import _callback_bases
+
+    return type(name, _callback_bases(), dict(hooks))

@@ -1,0 +1,63 @@
+"""What checks judge: every rank's events and how each rank ended; what they report.
+
+Low in the import order (it needs only the event log), so the runtime, the World and
+the checks all speak it without importing one another upwards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaoslight._events import Event
+
+OBSERVATION = "observation"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken invariant: the check's name, what happened and where, the usual cause."""
+
+    check: str
+    message: str
+    rank: int | None = None
+    step: int | None = None
+    cause: str = ""
+
+    def __str__(self) -> str:
+        where = []
+        if self.rank is not None:
+            where.append(f"rank {self.rank}")
+        if self.step is not None:
+            where.append(f"step {self.step}")
+        head = f"{self.check}: {self.message}" + (f" ({', '.join(where)})" if where else "")
+        return head + (f". Usual cause: {self.cause}" if self.cause else "")
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What a rank ended with, as a check sees it."""
+
+    rank: int
+    status: str  # passed | failed | released | hung | crashed
+    exception_type: str = ""
+    exception_message: str = ""
+    evidence: str = ""  # where a hung rank waited, how a crashed one died
+
+
+@dataclass
+class Evidence:
+    """Everything a judge sees: every rank's events and how each rank ended."""
+
+    events: list[Event]
+    ranks: dict[int, RankView] = field(default_factory=dict)
+    schedule: Any = None
+
+    def observations(self, check: str) -> Iterator[tuple[Event, dict[str, Any]]]:
+        for event in self.events:
+            if event.kind == OBSERVATION and event.site == check:
+                yield event, json.loads(event.detail)
+
+
