@@ -1,4 +1,4 @@
-"""The ``chaoslight`` command: ``sites``, ``faults`` and ``run``.
+"""The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz`` and ``replay``.
 
 Usage errors (bad flags, an unreadable or invalid schedule, a missing command) print
 one line and exit 2, never a traceback.
@@ -23,6 +23,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from chaoslight._cli import _fuzz
+
     parser = _Parser(prog="chaoslight", description="Deterministic chaos for Lightning training.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("sites", help="list the injection sites, one line each")
@@ -36,11 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None, help="kill the job after S seconds")
     run.add_argument("--events-dir", default=None, help="keep the per-process event logs here")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    _fuzz.add_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from chaoslight._cli import _catalogue, _run
+    from chaoslight._cli import _catalogue, _fuzz, _run
 
     try:
         args = build_parser().parse_args(argv)
@@ -48,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _catalogue.print_sites()
         if args.command == "faults":
             return _catalogue.print_faults()
+        if args.command == "fuzz":
+            return _fuzz.fuzz_command(args)
+        if args.command == "replay":
+            return _fuzz.replay_command_main(args)
         return _run.run_command(args)
     except (UsageError, ChaosError) as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
