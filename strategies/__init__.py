@@ -130,13 +130,22 @@ def delays(
     steps: int = 8,
     sites: Iterable[str] | None = None,
     max_seconds: float = 0.5,
+    resolution: float = 0.05,
 ) -> st.SearchStrategy[Fault]:
-    """Stragglers. Shrinks to lower ranks, earlier steps, the first site, shorter delays (1 ms)."""
+    """Stragglers, in multiples of ``resolution`` seconds up to ``max_seconds``.
+
+    Shrinks to lower ranks, earlier steps, the first site and shorter delays. The grid
+    keeps a shrunk delay a clear step past the threshold that made the run fail, so the
+    minimal schedule does not sit on a timing boundary and replays the same way.
+    """
     chosen = _common(world_size, steps, sites)
-    if not 0.001 <= max_seconds <= 3600:
-        raise InvalidArgument(f"max_seconds={max_seconds!r} must be between 0.001 and 3600")
-    millis = st.integers(1, int(max_seconds * 1000)).map(lambda ms: ms / 1000)
-    return _kind(Delay, None, seconds=millis)(chosen, world_size, steps)
+    if not 0.001 <= resolution <= max_seconds <= 3600:
+        raise InvalidArgument(
+            f"max_seconds={max_seconds!r} must be between resolution={resolution!r} and 3600"
+        )
+    ticks = st.integers(1, int(round(max_seconds / resolution)))
+    seconds = ticks.map(lambda k: round(k * resolution, 6))
+    return _kind(Delay, None, seconds=seconds)(chosen, world_size, steps)
 
 
 def ooms(

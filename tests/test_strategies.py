@@ -82,13 +82,13 @@ def test_two_fault_failure_shrinks_to_exactly_those_two(attempt: int) -> None:
 
     minimal = shrink(schedules(world_size=2, steps=4, max_faults=5), fails)
     assert sorted(minimal.to_text().splitlines()) == [
-        "delay@lightning.training_step rank=1 step=0 seconds=0.001",
+        "delay@lightning.training_step rank=1 step=0 seconds=0.05",
         "oom@lightning.training_step rank=0 step=2",
     ]
 
 
-def test_delays_shrink_to_one_millisecond() -> None:
-    """Delays shrink to the smallest delay that still fails."""
+def test_delays_shrink_to_the_smallest_failing_grid_step() -> None:
+    """Delays shrink to the smallest multiple of the resolution that still fails."""
     minimal = find(delays(max_seconds=2.0), lambda f: f.seconds >= 0.25)  # type: ignore[attr-defined]
     assert minimal.seconds == 0.25  # type: ignore[attr-defined]
 
@@ -118,6 +118,7 @@ def test_reorders_only_at_reduction_sites() -> None:
         (lambda: schedules(mode="survive", faults=["oom"]), "not both"),
         (lambda: one_fault(sites=["torch.save"], kinds=["drop_sync"]), "no fault kind"),
         (lambda: delays(max_seconds=0), "max_seconds=0"),
+        (lambda: delays(max_seconds=1, resolution=2), "resolution=2"),
     ],
 )
 def test_bad_arguments_fail_when_built(build: object, message: str) -> None:

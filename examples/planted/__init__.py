@@ -1,0 +1,1 @@
+"""Planted bugs with known minimal failing schedules, each with a fixed twin."""

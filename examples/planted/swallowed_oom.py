@@ -1,0 +1,75 @@
+"""Planted bug: an OOM swallowed on one rank (fail-cleanly search).
+
+The model catches ``torch.OutOfMemoryError`` around its forward pass and returns a
+dummy zero loss so that DDP's gradient all-reduce still lines up: training "survives",
+the batch silently vanishes on one rank, and nobody is told. The minimal failing
+schedule is one fault:
+
+    oom@lightning.forward rank=0 step=0
+
+    chaoslight fuzz examples/planted/swallowed_oom.py:train --faults oom --mode fail-cleanly
+    chaoslight fuzz examples/planted/swallowed_oom.py:train_fixed --faults oom --mode fail-cleanly
+
+``train_fixed`` lets the error propagate: the run fails promptly and visibly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    import pytorch_lightning as pl  # type: ignore[no-redef]
+
+MAX_STEPS = 4
+
+
+class Model(pl.LightningModule):
+    def __init__(self, swallow: bool) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.swallow = swallow
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        try:
+            prediction = self(x)
+        except torch.OutOfMemoryError:
+            if not self.swallow:
+                raise
+            return self.layer.weight.sum() * 0.0  # the bug: hide the OOM, keep DDP in step
+        return torch.nn.functional.mse_loss(prediction, y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _fit(swallow: bool) -> None:
+    pl.seed_everything(0, verbose=False)
+    devices = int(os.environ.get("WORLD_SIZE", "1"))
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=generator), torch.randn(64, 1, generator=generator))
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
+        max_steps=MAX_STEPS, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(Model(swallow), DataLoader(data, batch_size=4))
+
+
+def train() -> None:
+    """The buggy program."""
+    _fit(swallow=True)
+
+
+def train_fixed() -> None:
+    """The fixed twin: the OOM propagates."""
+    _fit(swallow=False)
