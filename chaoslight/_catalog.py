@@ -87,8 +87,10 @@ COLLECTIVES: dict[str, tuple[str, frozenset[str]]] = {
         frozenset({SYNC, RESULT}),
     ),
     "all_gather_object": ("torch.distributed.all_gather_object", frozenset({SYNC})),
-    "broadcast": ("torch.distributed.broadcast (also as broadcast_object_list calls it)",
-                  frozenset({SYNC, RESULT})),
+    "broadcast": (
+        "torch.distributed.broadcast (also as broadcast_object_list calls it)",
+        frozenset({SYNC, RESULT}),
+    ),
     "broadcast_object_list": ("torch.distributed.broadcast_object_list", frozenset({SYNC})),
     "barrier": ("torch.distributed.barrier", frozenset({SYNC})),
     "reduce_scatter": ("torch.distributed.reduce_scatter", frozenset({SYNC, REDUCTION, RESULT})),
@@ -122,7 +124,9 @@ def _build() -> dict[str, SiteInfo]:
     ]
     for hook in LIGHTNING_HOOKS:
         sites.append(
-            SiteInfo(f"lightning.{hook}", f"the {hook} hook, around the callbacks' and module's code")
+            SiteInfo(
+                f"lightning.{hook}", f"the {hook} hook, around the callbacks' and module's code"
+            )
         )
     for name, (text, caps) in COLLECTIVES.items():
         sites.append(SiteInfo(f"dist.{name}", text, caps))
@@ -132,7 +136,9 @@ def _build() -> dict[str, SiteInfo]:
             "DDP's gradient-bucket all-reduce (a communication hook registered during fit)",
             frozenset({SYNC, REDUCTION}),
         ),
-        SiteInfo("cuda.synchronize", "torch.cuda.synchronize (a no-op call on CPU)", frozenset({SYNC})),
+        SiteInfo(
+            "cuda.synchronize", "torch.cuda.synchronize (a no-op call on CPU)", frozenset({SYNC})
+        ),
         SiteInfo("torch.save", "torch.save: a Raise or Crash here leaves a half-written file"),
         SiteInfo("torch.load", "torch.load", frozenset({RESULT})),
     ]

@@ -49,7 +49,7 @@ def exception_class(name: str) -> type[BaseException]:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, TypeError, ValueError):  # also ":X", ".mod:X"
         raise InvalidSchedule(f"exception={name!r} cannot be imported") from None
     if not (isinstance(obj, type) and issubclass(obj, BaseException)):
         raise InvalidSchedule(f"exception={name!r} is not an exception class")
@@ -88,7 +88,7 @@ class Engine:
         self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
         self._trainer: Any = None
         self._inside: set[str] = set()
-        self._local = threading.local()
+        self._local = _ThreadDepth()
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
 
     # -- context ----------------------------------------------------------------------
@@ -124,13 +124,14 @@ class Engine:
         kwargs: dict[str, Any],
         behaviour: Behaviour,
     ) -> Any:
-        if site in self._inside or getattr(self._local, "depth", 0):
+        if site in self._inside or self._local.depth:
             return wrapped(*args, **kwargs)  # nested (super() chains) or chaoslight's own call
         rank, step = current_rank(self.environment_rank), self.step()
         if behaviour.step_of is not None:
             step = behaviour.step_of(self.trainer, instance, step)
         self.last_activity = time.monotonic()
-        self._release_due(rank, step)
+        if self.ledger.holds:
+            self._release_due(rank, step)
         self.calls[site] += 1
         self.calls_in_step[(site, step)] += 1
         self.reached[(site, rank)] += 1
@@ -240,7 +241,7 @@ class Engine:
             raise error
 
     def track_allocation(self, tensor: Any) -> None:
-        if not getattr(self._local, "depth", 0):
+        if not self._local.depth:
             self.ledger.track(tensor)
 
     # -- events -----------------------------------------------------------------------
@@ -267,6 +268,13 @@ class Engine:
         if self._sink is not None:
             self._sink.close()
             self._sink = None
+
+
+class _ThreadDepth(threading.local):
+    """How deep this thread is in chaoslight's own calls (0 in a thread that never was):
+    a class default, as a missing attribute costs an exception on every lookup."""
+
+    depth = 0
 
 
 class _Internal:

@@ -90,8 +90,13 @@ class Fault:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in trigger}
 
     def trigger(self) -> dict[str, Any]:
-        return {"site": self.site, "rank": self.rank, "step": self.step,
-                "nth": self.nth, "times": self.times}
+        return {
+            "site": self.site,
+            "rank": self.rank,
+            "step": self.step,
+            "nth": self.nth,
+            "times": self.times,
+        }
 
     def __str__(self) -> str:
         from chaoslight._textform import fault_to_text
@@ -210,8 +215,11 @@ class Raise(Fault):
             object.__setattr__(self, "args", tuple(exc.args))
             exc = type(exc)
         if isinstance(exc, type) and issubclass(exc, BaseException):
-            name = exc.__name__ if vars(builtins).get(exc.__name__) is exc else (
-                f"{exc.__module__}:{exc.__qualname__}")
+            name = (
+                exc.__name__
+                if vars(builtins).get(exc.__name__) is exc
+                else (f"{exc.__module__}:{exc.__qualname__}")
+            )
             object.__setattr__(self, "exception", name)
         if isinstance(self.args, list):
             object.__setattr__(self, "args", tuple(self.args))
@@ -263,5 +271,6 @@ class Crash(Fault):
 
 
 FAULT_KINDS: dict[str, type[Fault]] = {
-    cls.kind: cls for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash)
+    cls.kind: cls
+    for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash)
 }

@@ -17,7 +17,9 @@ def format_bytes(nbytes: float) -> str:
     raise AssertionError("unreachable")
 
 
-def simulated_oom(nbytes: int, rank: int, cause: str, used: int = 0, limit: int | None = None) -> Any:
+def simulated_oom(
+    nbytes: int, rank: int, cause: str, used: int = 0, limit: int | None = None
+) -> Any:
     """A ``torch.OutOfMemoryError`` whose message has the shape of a real CUDA OOM."""
     import torch
 

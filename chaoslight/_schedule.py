@@ -136,11 +136,13 @@ class Schedule:
     def from_text(cls, text: str) -> Schedule:
         from chaoslight._textform import schedule_from_text
 
+        _check_str(text)
         return schedule_from_text(text)
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
         """Read either form: JSON if it starts with ``{``, else the text form."""
+        _check_str(text)
         return cls.from_json(text) if text.lstrip().startswith("{") else cls.from_text(text)
 
     @classmethod
@@ -148,11 +150,22 @@ class Schedule:
         try:
             text = Path(path).read_text()
         except OSError as exc:
-            raise InvalidSchedule(f"cannot read schedule file {str(path)!r}: {exc.strerror}") from None
+            raise InvalidSchedule(
+                f"cannot read schedule file {str(path)!r}: {exc.strerror}"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise InvalidSchedule(
+                f"cannot read schedule file {str(path)!r}: not UTF-8 text (byte {exc.start})"
+            ) from None
         return cls.parse(text)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
+
+
+def _check_str(text: Any) -> None:
+    if not isinstance(text, str):
+        raise InvalidSchedule(f"text={text!r} must be a str (a schedule's text or JSON form)")
 
 
 def fault_to_dict(fault: Fault) -> dict[str, Any]:

@@ -23,8 +23,17 @@ from chaoslight._schedule import MemoryBudget, Schedule, make_fault
 
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]*$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$")
-_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-          "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS = {
+    "B": 1,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
 _TRIGGER_DEFAULTS: dict[str, Any] = {"rank": None, "step": None, "nth": None, "times": 1}
 _SIZE_FIELDS = {"nbytes", "limit_bytes", "min_tracked_bytes"}
 
@@ -57,7 +66,10 @@ def schedule_to_text(schedule: Schedule) -> str:
     budget = schedule.memory_budget
     if budget is not None:
         line = f"budget limit_bytes={budget.limit_bytes}"
-        if budget.min_tracked_bytes != MemoryBudget.__dataclass_fields__["min_tracked_bytes"].default:
+        if (
+            budget.min_tracked_bytes
+            != MemoryBudget.__dataclass_fields__["min_tracked_bytes"].default
+        ):
             line += f" min_tracked_bytes={budget.min_tracked_bytes}"
         lines.insert(0, line)
     return "\n".join(lines)

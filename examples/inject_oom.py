@@ -54,8 +54,12 @@ def main() -> None:
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     model = Regressor()
     trainer = pl.Trainer(
-        max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        max_steps=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     schedule = chaoslight.Schedule.parse(SCHEDULE)
     with chaoslight.inject(schedule) as run:

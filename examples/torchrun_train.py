@@ -37,8 +37,14 @@ def main() -> None:
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     trainer = pl.Trainer(
-        max_steps=4, accelerator="cpu", devices=2, strategy="ddp", logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        max_steps=4,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(Regressor(), DataLoader(data, batch_size=8))
     print(f"rank {trainer.global_rank}: loss {float(trainer.callback_metrics['loss']):.4f}")

@@ -20,12 +20,15 @@ class Behaviour:
     - ``before_abort(wrapped, args, kwargs)``: run before a Raise/Crash/OOM aborts the
       call (``torch.save`` writes half its bytes first).
     - ``reduce(wrapped, args, kwargs, order)``: the call with another summation order.
+    - ``step_of(trainer, instance, step)``: the training step the call belongs to, when
+      that is not the trainer's current step (a batch is fetched before its step begins).
     """
 
     skip: Callable[[tuple[Any, ...], dict[str, Any]], Any] | None = None
     poison: Callable[[Any, tuple[Any, ...], dict[str, Any], float], Any] | None = None
     before_abort: Callable[[Call, tuple[Any, ...], dict[str, Any]], None] | None = None
     reduce: Callable[[Call, tuple[Any, ...], dict[str, Any], str], Any] | None = None
+    step_of: Callable[[Any, Any, int | None], int | None] | None = None
 
 
 class Dispatcher(Protocol):

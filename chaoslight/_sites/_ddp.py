@@ -76,7 +76,9 @@ def chaos_comm_hook(state: Any, bucket: Any) -> Any:
     return dispatcher.call(SITE, average, None, (bucket,), {}, BEHAVIOUR)
 
 
-def _register_on_setup(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _register_on_setup(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     model = wrapped(*args, **kwargs)
     dispatcher = STATE.dispatcher
     user_hook = getattr(instance, "_ddp_comm_hook", None)
@@ -97,7 +99,10 @@ def _register_on_setup(wrapped: Call, instance: Any, args: tuple[Any, ...], kwar
 PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         "lightning:ddp_comm_hook",
-        ("lightning.pytorch.strategies.ddp:DDPStrategy", "pytorch_lightning.strategies.ddp:DDPStrategy"),
+        (
+            "lightning.pytorch.strategies.ddp:DDPStrategy",
+            "pytorch_lightning.strategies.ddp:DDPStrategy",
+        ),
         "_setup_model",
         _register_on_setup,
         sites=frozenset({SITE}),

@@ -34,6 +34,27 @@ MODULE_ONLY_HOOKS = frozenset(LIGHTNING_HOOKS) - CALLBACK_HOOKS
 
 RESULT_BEHAVIOUR = Behaviour(poison=lambda result, args, kwargs, value: poison(result, value))
 
+
+def _batch_step(trainer: Any, fetcher: Any, step: int | None) -> int | None:
+    """The training step a batch is fetched for: fetching runs ahead of the step counter.
+
+    ``fetcher.fetched`` is the index in the epoch of the batch being fetched now, whether
+    it is fetched for the current step or prefetched; validation batches keep ``step``.
+    """
+    loop = getattr(trainer, "fit_loop", None)
+    if loop is None or getattr(loop, "_data_fetcher", None) is not fetcher:
+        return step
+    try:
+        progress = loop.epoch_loop.batch_progress
+        return int(progress.total.ready - progress.current.ready + fetcher.fetched)
+    except AttributeError:
+        return step
+
+
+NEXT_BATCH_BEHAVIOUR = Behaviour(
+    poison=lambda result, args, kwargs, value: poison(result, value), step_of=_batch_step
+)
+
 STRATEGY_SITES = {name: f"lightning.{name}" for name in LIGHTNING_STEPS} | {
     "backward": "lightning.backward"
 }
@@ -131,7 +152,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "lightning:next_batch",
         _paths("loops.fetchers:_DataFetcher"),
         "__next__",
-        site_wrapper("lightning.next_batch", RESULT_BEHAVIOUR),
+        site_wrapper("lightning.next_batch", NEXT_BATCH_BEHAVIOUR),
         sites=frozenset({"lightning.next_batch"}),
     ),
 )

@@ -67,7 +67,9 @@ def _chunked(parts: list[Any]) -> Any:
     return torch.cat([first, second]).reshape(parts[0].shape)
 
 
-def reorder_all_reduce(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any], order: str) -> Any:
+def reorder_all_reduce(
+    wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any], order: str
+) -> Any:
     import torch
     import torch.distributed as dist
 

@@ -1,0 +1,173 @@
+"""How much chaoslight slows training down when nothing fires.
+
+Trains the same small MLP with Lightning on CPU three ways, interleaved, several rounds:
+
+  (a) plain ``trainer.fit``;
+  (b) inside ``inject(Schedule())``: only the trainer tracking is patched;
+  (c) inside ``inject(schedule)`` with a fault armed at every site of the catalogue, set to a
+      step the run never reaches, so every wrapper routes its calls through the engine.
+
+and prints the median time of ``trainer.fit`` for each, and the ratios b/a and c/a
+(targets: <= 1.02 and <= 1.05).
+
+    python benchmarks/overhead.py                  # 5 rounds of 300 steps, 1 torch thread
+    python benchmarks/overhead.py --rounds 11 --steps 500 --threads 0
+
+Both wall and CPU time (``time.process_time``) are reported: on a shared machine the
+CPU time of the process is the steadier measure of the work chaoslight adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import chaoslight
+from chaoslight import Delay, Schedule
+
+NEVER = 10**9  # a step no run reaches: the fault is armed but never fires
+
+
+class MLP(pl.LightningModule):
+    def __init__(self, width: int = 256, depth: int = 3, features: int = 64) -> None:
+        super().__init__()
+        layers: list[torch.nn.Module] = []
+        size = features
+        for _ in range(depth - 1):
+            layers += [torch.nn.Linear(size, width), torch.nn.ReLU()]
+            size = width
+        layers.append(torch.nn.Linear(size, 10))
+        self.net = torch.nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def loader(steps: int, batch: int, features: int = 64) -> DataLoader:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(steps * batch, features, generator=generator)
+    y = torch.randint(0, 10, (steps * batch,), generator=generator)
+    return DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=False)
+
+
+def every_site_armed() -> Schedule:
+    """A Delay at every site of the catalogue (Delay fits any site), never reached."""
+    return Schedule([Delay(0.0, site=site, step=NEVER) for site in chaoslight.sites()])
+
+
+def time_fit(steps: int, data: DataLoader, context: Callable[[], Any]) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``trainer.fit`` of ``steps`` steps inside ``context()``."""
+    torch.manual_seed(0)
+    model = MLP()
+    trainer = pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    with context() as run:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        trainer.fit(model, data)
+        elapsed = time.perf_counter() - start, time.process_time() - start_cpu
+    if run is not None and run.fired():
+        raise AssertionError(f"a fault fired during the benchmark: {run.fired()[0]}")
+    if trainer.global_step != steps:
+        raise AssertionError(f"trained {trainer.global_step} steps, not {steps}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)"
+    )
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore")
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("lightning"):
+            logging.getLogger(name).setLevel(logging.ERROR)  # no per-fit banners
+
+    data = loader(args.steps, args.batch)
+    armed = every_site_armed()
+    ways: dict[str, Callable[[], Any]] = {
+        "a plain": contextlib.nullcontext,
+        "b inject(Schedule())": lambda: chaoslight.inject(Schedule()),
+        f"c inject({len(armed)} sites armed)": lambda: chaoslight.inject(armed),
+    }
+    for context in ways.values():  # warm-up: imports, first-call costs, allocator
+        time_fit(min(args.steps, 50), data, context)
+
+    names = list(ways)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        # Rotate the order every round so drift (thermal, other load) hits all three alike.
+        for name in names[round_ % 3 :] + names[: round_ % 3]:
+            seconds, cpu_seconds = time_fit(args.steps, data, ways[name])
+            wall[name].append(seconds)
+            cpu[name].append(cpu_seconds)
+
+    print(
+        f"{args.steps} steps, batch {args.batch}, 3-layer MLP (width 256), Adam, "
+        f"{args.rounds} rounds interleaved, torch threads {torch.get_num_threads()}, "
+        f"Python {sys.version.split()[0]}, torch {torch.__version__}, Lightning {pl.__version__}"
+    )
+    ratios = {}
+    for clock, times in (("wall", wall), ("cpu", cpu)):
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        plain = medians[names[0]]
+        print(f"{clock} time of trainer.fit (median of {args.rounds}; all rounds in brackets):")
+        for name in names:
+            spread = " ".join(f"{t:.3f}" for t in times[name])
+            per_step = 1e6 * (medians[name] - plain) / args.steps
+            print(
+                f"  {name:<26} {medians[name]:.3f} s  x{medians[name] / plain:.3f}  "
+                f"{per_step:+6.0f} us/step  [{spread}]"
+            )
+        ratios[clock] = [medians[name] / plain for name in names[1:]]
+    for clock, times in (("wall", wall), ("cpu", cpu)):
+        # Each round's three fits ran back to back: the median of the per-round ratios
+        # cancels load that changes between rounds.
+        paired = [
+            statistics.median(x / a for x, a in zip(times[name], times[names[0]], strict=True))
+            for name in names[1:]
+        ]
+        fastest = [min(times[name]) / min(times[names[0]]) for name in names[1:]]
+        b, c = ratios[clock]
+        print(
+            f"{clock}: b/a = {b:.3f} (target <= 1.02)   c/a = {c:.3f} (target <= 1.05)   "
+            f"[median of per-round ratios {paired[0]:.3f}, {paired[1]:.3f}; "
+            f"ratio of fastest runs {fastest[0]:.3f}, {fastest[1]:.3f}]"
+        )
+
+
+if __name__ == "__main__":
+    main()

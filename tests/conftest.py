@@ -1,0 +1,80 @@
+"""Shared fixtures: a single-process gloo group, and checks that no test leaks an injection."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# ``from helpers import ...`` works whether or not tests/ is a package.
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Entering inject() the first time imports Lightning: no per-example deadline.
+settings.register_profile(
+    "chaoslight",
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "chaoslight"))
+
+# Variables Lightning's DDP launcher sets in os.environ (and it sets torch's thread count
+# with OMP_NUM_THREADS); LOCAL_RANK would change the rank chaoslight reads in later tests,
+# and subprocesses inherit them all, so tests that run DDP get them restored.
+LAUNCHER_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "OMP_NUM_THREADS",
+)
+RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_injection() -> Iterator[None]:
+    """Every test leaves no active injection behind (and a leak does not cascade)."""
+    from chaoslight import _runtime, _sites
+
+    yield
+    leaked = _runtime.active()
+    if leaked is not None:
+        leaked.__exit__(None, None, None)
+    assert leaked is None, "the test left an inject() active"
+    assert _sites.STATE.dispatcher is None, "the test left a dispatcher installed"
+
+
+@pytest.fixture
+def rank_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No launcher rank variables set, so chaoslight reads rank 0 unless a test sets RANK."""
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def gloo_group(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A one-rank gloo process group on a HashStore, destroyed after the test.
+
+    Lightning's DDP launcher writes its variables into os.environ and sets torch's
+    thread count; both are put back.
+    """
+    import torch
+    import torch.distributed as dist
+
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.setenv(name, os.environ.get(name, "0"))
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RANK", "0")
+    assert not dist.is_initialized()
+    threads = torch.get_num_threads()
+    dist.init_process_group("gloo", world_size=1, rank=0, store=dist.HashStore())
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
