@@ -73,6 +73,8 @@ class Engine:
         self.by_site: dict[str, list[tuple[int, Fault]]] = {}
         for index, fault in enumerate(schedule.faults):
             self.by_site.setdefault(fault.site, []).append((index, fault))
+        # Sites whose faults count calls within a step (nth with a step).
+        self.counts_in_step = {f.site for f in schedule if f.nth is not None and f.step is not None}
         self.exceptions = {
             f.exception: exception_class(f.exception) for f in schedule if isinstance(f, Raise)
         }
@@ -129,22 +131,23 @@ class Engine:
         rank, step = current_rank(self.environment_rank), self.step()
         if behaviour.step_of is not None:
             step = behaviour.step_of(self.trainer, instance, step)
-        self.last_activity = time.monotonic()
         if self.ledger.holds:
             self._release_due(rank, step)
         self.calls[site] += 1
-        self.calls_in_step[(site, step)] += 1
+        if site in self.counts_in_step:
+            self.calls_in_step[(site, step)] += 1
         self.reached[(site, rank)] += 1
-        firing, reorder = self._match(site, rank, step)
+        firing, reorder = self._match(site, rank, step) if site in self.by_site else ([], None)
         self._inside.add(site)
+        self.last_activity = time.monotonic()  # a watchdog reads these two
         self.in_progress.append((site, self.calls[site], step))
         try:
             if not firing and reorder is None:
                 return wrapped(*args, **kwargs)
             return self._fire(site, rank, step, firing, reorder, wrapped, args, kwargs, behaviour)
         finally:
-            self.in_progress.pop()
             self._inside.discard(site)
+            self.in_progress.pop()
             self.last_activity = time.monotonic()
 
     def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:
