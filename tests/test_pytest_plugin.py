@@ -1,0 +1,101 @@
+"""The pytest plugin: fixtures, options, and the chaoslight section of a failure report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning.pytorch  # noqa: F401  (imported before pytester's inline runs snapshot
+import pytest
+import pytorch_lightning  # noqa: F401   sys.modules: re-importing torch there crashes it)
+import torch  # noqa: F401
+
+FAILING_SUITE = '''
+import pytest
+import chaoslight
+from hypothesis import given, settings
+from chaoslight.strategies import schedules
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(schedule=schedules(world_size=1, steps=4, faults=["raise", "delay"], max_faults=3,
+                          sites=["lightning.training_step"]))
+def test_code_under_chaos(chaos, schedule):
+    """Fails whenever a Raise fires: the plugin reports the shrunk schedule."""
+    with chaos(schedule) as run:
+        for step in range(4):
+            pass
+    assert not any(f.kind == "raise" for f in schedule)
+'''
+
+PASSING_SUITE = '''
+import chaoslight
+
+def test_nothing_fires(chaos):
+    """An empty schedule: nothing fires."""
+    with chaos(chaoslight.Schedule()) as run:
+        pass
+    assert run.fired() == []
+'''
+
+
+def test_failing_suite_reports_minimal_schedule_and_writes_it(pytester: pytest.Pytester) -> None:
+    """A failing test's report shows the shrunk schedule and replay hint; the JSON is saved."""
+    pytester.makepyfile(test_suite=FAILING_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*chaoslight*",
+        "minimal failing schedule (the last one run):",
+        "  raise@lightning.training_step rank=0 step=0",
+        "schedule written to .chaoslight/failures/test_suite.py_test_code_under_chaos.json",
+    ])
+    saved = Path(pytester.path, ".chaoslight/failures/test_suite.py_test_code_under_chaos.json")
+    doc = json.loads(saved.read_text())
+    assert doc["schedule"]["faults"][0]["kind"] == "raise"
+
+
+def test_passing_suite_has_no_chaoslight_section(pytester: pytest.Pytester) -> None:
+    """A passing suite runs clean and writes no failure file."""
+    pytester.makepyfile(test_suite=PASSING_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "minimal failing schedule" not in result.stdout.str()
+    assert not Path(pytester.path, ".chaoslight").exists()
+
+
+def test_options_are_registered(pytester: pytest.Pytester) -> None:
+    """The chaos options appear in pytest's help, so the plugin loads from its entry point."""
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*--chaos-world-size*", "*--chaos-max-examples*",
+                                 "*--chaos-seed*", "*--chaos-timeout*"])
+
+
+WORLD_SUITE = '''
+import pytest
+import chaoslight
+
+TARGET = {target!r}
+
+@pytest.mark.chaos_world(size=2)
+def test_world_fails(chaos_world):
+    """A Raise on rank 1 fails the example; the report names the schedule and replay."""
+    outcome = chaos_world.run(TARGET, "raise@lightning.training_step rank=1 step=1", timeout=20)
+    assert outcome.passed, outcome.summary()
+
+def test_world_passes(chaos_world):
+    """An empty schedule passes on the session World."""
+    assert chaos_world.run(TARGET, chaoslight.Schedule(), timeout=20).passed
+'''
+
+
+@pytest.mark.slow
+def test_chaos_world_fixture_reports_replay_command(pytester: pytest.Pytester) -> None:
+    """chaos_world runs real 2-rank examples; a failure's report carries the replay command."""
+    target = str(Path(__file__).resolve().parent.parent / "examples" / "ddp_train.py") + ":train"
+    pytester.makepyfile(test_world=WORLD_SUITE.format(target=target))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines([
+        "*raise@lightning.training_step rank=1 step=1*",
+        "replay: chaoslight replay .chaoslight/failures/test_world.py_test_world_fails.json *",
+    ])
