@@ -21,7 +21,7 @@ from chaoslight._errors import InvalidSchedule
 from chaoslight._faults import Fault
 from chaoslight._schedule import MemoryBudget, Schedule, make_fault
 
-_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]*$")
+_BARE = re.compile(r"^[A-Za-z0-9_.:,\-]+$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$")
 _UNITS = {
     "B": 1,
@@ -41,11 +41,19 @@ _SIZE_FIELDS = {"nbytes", "limit_bytes", "min_tracked_bytes"}
 def encode_value(value: Any) -> str:
     if value is None:
         return "*"
-    if isinstance(value, str) and _BARE.match(value) and value not in ("true", "false", "null"):
+    if isinstance(value, str) and _BARE.match(value) and not _is_json(value):
         return value
     if isinstance(value, tuple):
         value = list(value)
     return json.dumps(value, separators=(",", ":"))
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def fault_to_text(fault: Fault) -> str:

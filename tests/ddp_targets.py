@@ -1,0 +1,146 @@
+"""Targets for the multi-rank fault and check tests: tiny DDP programs, some with a bug.
+
+Loaded by World workers as ``tests/ddp_targets.py:<name>`` (``helpers`` is importable
+because a path target's folder goes on ``sys.path``). Each returns something the test
+compares across ranks: parameter bits, reduced values.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from helpers import pl, tiny_loader, tiny_model_class, tiny_trainer
+from torch.utils.data import DataLoader, TensorDataset
+
+MAX_STEPS = 4
+
+
+def _world() -> int:
+    return int(os.environ["WORLD_SIZE"])
+
+
+def _fit(model: Any = None, loader: Any = None, max_steps: int = MAX_STEPS, **options: Any) -> Any:
+    model = tiny_model_class()() if model is None else model
+    trainer = tiny_trainer(max_steps=max_steps, devices=_world(), strategy="ddp", **options)
+    trainer.fit(model, tiny_loader() if loader is None else loader)
+    return model
+
+
+def _bits(tensor: torch.Tensor) -> list[int]:
+    return tensor.detach().reshape(-1).float().view(torch.int32).tolist()
+
+
+def param_bits() -> list[int]:
+    """Fit; return the final parameters' float32 bit patterns."""
+    return _bits(_fit().flat_params())
+
+
+def reduce_random() -> list[int]:
+    """All-reduce a rank-dependent random tensor; return the result's bits."""
+    generator = torch.Generator().manual_seed(1000 + dist.get_rank())
+    tensor = torch.randn(4096, generator=generator)
+    dist.all_reduce(tensor)
+    return _bits(tensor)
+
+
+def logged_losses() -> list[float]:
+    """Fit with ``self.log(sync_dist=True)``; return the logged (reduced) loss."""
+    model = _fit(tiny_model_class()(log_sync=True))
+    return [float(model.trainer.callback_metrics["loss"])]
+
+
+class RankZeroEdit(tiny_model_class()):  # type: ignore[misc]
+    """Bug: a 'weight decay' applied by hand on rank 0 only, after the optimizer step."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.global_rank == 0 and batch_idx == 1:
+            with torch.no_grad():
+                self.layer.weight.mul_(0.99)
+
+
+def rank_zero_edit() -> None:
+    """Replicas drift: rank 0 edits its weights outside the optimizer."""
+    _fit(RankZeroEdit())
+
+
+def plain() -> None:
+    """A correct tiny DDP fit (the corrected twin of several buggy targets)."""
+    _fit()
+
+
+def no_distributed_sampler() -> None:
+    """Bug: the sampler is not distributed, so every rank trains on the same samples."""
+    _fit(use_distributed_sampler=False)
+
+
+def nan_loss_on_rank_1() -> None:
+    """Bug: rank 1 takes the log of zero at step 2."""
+
+    class LogZero(tiny_model_class()):  # type: ignore[misc]
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            loss = super().training_step(batch, batch_idx)
+            if self.trainer.global_rank == 1 and batch_idx == 2:
+                loss = loss * torch.log(torch.zeros(()))
+            return loss
+
+    _fit(LogZero())
+
+
+def swallowed_oom() -> None:
+    """Bug: the forward's OOM is caught and replaced by a zero loss on that rank."""
+
+    class Swallow(tiny_model_class()):  # type: ignore[misc]
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            try:
+                out = self(x)
+            except torch.OutOfMemoryError:
+                return self.layer.weight.sum() * 0.0
+            return torch.nn.functional.mse_loss(out, y)
+
+    _fit(Swallow())
+
+
+def unseeded() -> None:
+    """Bug: the model's initial weights come from an unseeded generator."""
+
+    class Unseeded(tiny_model_class()):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            with torch.no_grad():
+                self.layer.weight.copy_(torch.randn(self.layer.weight.shape, generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))))
+
+    pl().seed_everything(0, verbose=False)
+    _fit(Unseeded())
+
+
+def seeded() -> None:
+    """The corrected twin of ``unseeded``."""
+    pl().seed_everything(0, verbose=False)
+    _fit()
+
+
+def mlp_for_overhead(steps: int = 60) -> None:
+    """A small MLP fit of ``steps`` steps, for the checks-overhead benchmark."""
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64 * 32, 64, generator=generator),
+                         torch.randint(0, 10, (64 * 32,), generator=generator))
+
+    class MLP(pl().LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                           torch.nn.Linear(256, 10))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    trainer = tiny_trainer(max_steps=steps, devices=_world(), strategy="ddp")
+    trainer.fit(MLP(), DataLoader(data, batch_size=64))
