@@ -72,8 +72,10 @@ class Injection:
         events_file: str | os.PathLike[str] | None = None,
         observe: Iterable[str] = (),
         checks: Iterable[Any] = (),
+        judge: bool = True,
     ) -> None:
         self.schedule = as_schedule(schedule)
+        self.judge = judge  # False in a World's rank: the parent judges all ranks together
         self.events_file = events_file
         self.checks = list(checks)
         self.observe = frozenset(observe).union(*(getattr(c, "sites", ()) for c in self.checks))
@@ -114,7 +116,7 @@ class Injection:
             )
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
-            for check in self.checks:
+            for check in self.checks if self.judge else ():
                 getattr(check, "enter", lambda: None)()
         except BaseException:
             self._teardown()
@@ -125,10 +127,10 @@ class Injection:
         if self._joined:
             self._joined = False
             return
-        for check in self.checks:
+        for check in self.checks if self.judge else ():
             getattr(check, "exit", lambda: None)()
         self._teardown()
-        if self.checks:
+        if self.checks and self.judge:
             self._judge(exc)
 
     def _judge(self, exc: BaseException | None) -> None:
@@ -167,6 +169,7 @@ def inject(
     events_file: str | os.PathLike[str] | None = None,
     observe: Iterable[str] = (),
     checks: Iterable[Any] = (),
+    judge: bool = True,
 ) -> Injection:
     """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
 
@@ -178,9 +181,10 @@ def inject(
     watchdog can see progress (``engine.last_activity``, ``engine.in_progress``).
     ``checks`` (``chaoslight.checks``) observe the run and judge it on exit: a violation
     raises ``CheckFailed`` (or, when the block already raised, is kept in
-    ``run.violations`` while the block's own exception propagates).
+    ``run.violations`` while the block's own exception propagates). ``judge=False``
+    only records the checks' observations (a World's parent judges all ranks at once).
     """
-    return Injection(schedule, events_file, observe, checks)
+    return Injection(schedule, events_file, observe, checks, judge)
 
 
 def active() -> Injection | None:

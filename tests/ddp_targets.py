@@ -98,7 +98,7 @@ def swallowed_oom() -> None:
             try:
                 out = self(x)
             except torch.OutOfMemoryError:
-                return self.layer.weight.sum() * 0.0
+                return sum(p.sum() for p in self.parameters()) * 0.0  # keeps DDP in step
             return torch.nn.functional.mse_loss(out, y)
 
     _fit(Swallow())

@@ -99,8 +99,9 @@ class NoHang(Check):
         if self._hang is not None:
             return [Violation(self.name, f"no progress for {self.timeout:g} s: {self._hang.line()}",
                               cause=self.cause)]
-        return [
-            Violation(self.name, f"rank {view.rank} hung: {view.evidence}", rank=view.rank,
-                      cause=self.cause)
-            for view in evidence.ranks.values() if view.status == "hung"
-        ]
+        hung = [view for view in evidence.ranks.values() if view.status == "hung"]
+        if not hung:
+            return []
+        where = "; ".join(view.evidence or f"rank {view.rank} hung" for view in hung)
+        return [Violation(self.name, f"no progress for {self.timeout:g} s: {where}",
+                          rank=hung[0].rank, cause=self.cause)]

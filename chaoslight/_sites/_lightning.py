@@ -88,6 +88,22 @@ def _trainer_tracker(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs
     return wrapped(*args, **kwargs)
 
 
+_forward_site = site_wrapper("lightning.forward", RESULT_BEHAVIOUR)
+
+
+def _forward_wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``self(x)`` on a LightningModule, but not Lightning's forward redirection.
+
+    Under DDP the strategy runs ``training_step`` by calling the DDP wrapper, which calls
+    the module with its ``forward`` temporarily replaced by ``wrapped_forward``: that
+    outer call wraps the whole step and is not the user's forward pass.
+    """
+    redirected = getattr(vars(instance).get("forward"), "__name__", "") == "wrapped_forward"
+    if redirected:
+        return wrapped(*args, **kwargs)
+    return _forward_site(wrapped, instance, args, kwargs)
+
+
 def _paths(suffix: str) -> tuple[str, ...]:
     return tuple(f"{flavour}.{suffix}" for flavour in FLAVOURS)
 
@@ -127,7 +143,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "lightning:forward",
         _paths("core.module:LightningModule"),
         "__call__",
-        site_wrapper("lightning.forward", RESULT_BEHAVIOUR),
+        _forward_wrapper,
         sites=frozenset({"lightning.forward"}),
     ),
     PatchPoint(

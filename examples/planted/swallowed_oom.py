@@ -45,7 +45,7 @@ class Model(pl.LightningModule):
         except torch.OutOfMemoryError:
             if not self.swallow:
                 raise
-            return self.layer.weight.sum() * 0.0  # the bug: hide the OOM, keep DDP in step
+            return sum(p.sum() for p in self.parameters()) * 0.0  # the bug: hide it, keep DDP in step
         return torch.nn.functional.mse_loss(prediction, y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

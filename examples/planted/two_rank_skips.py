@@ -45,7 +45,7 @@ class Model(pl.LightningModule):
             prediction = self(x)
         except torch.OutOfMemoryError:
             self.skipped += 1
-            return self.layer.weight.sum() * 0.0
+            return sum(p.sum() for p in self.parameters()) * 0.0
         return torch.nn.functional.mse_loss(prediction, y)
 
     def on_train_end(self) -> None:

@@ -1,0 +1,211 @@
+"""One example in flight, seen from the parent: collect every rank's messages, then judge.
+
+Each rank ends in one of three ways: its ``result`` message arrives (it returned or
+raised, perhaps after its watchdog fired), its pipe closes (the process died), or the
+World kills it (still running ``RELEASE_GRACE_S`` after the first hang report, or
+silent for the timeout plus ``SILENCE_S``: stuck with the GIL held).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaoslight._events import FIRED, Event, merge
+from chaoslight._world._outcome import (
+    CRASHED,
+    HUNG,
+    ExceptionInfo,
+    RankResult,
+    settle,
+    signal_name,
+)
+from chaoslight._world._slot import Slot
+
+RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
+SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
+ERROR_MARKERS = ("what():", "Fatal Python error")
+
+Pump = Callable[[float], list[tuple[Slot, "dict[str, Any] | None"]]]
+
+
+@dataclass
+class Watch:
+    """What the parent knows about one rank during one example."""
+
+    heard: float
+    result: dict[str, Any] | None = None
+    died: bool = False
+    killed: bool = False
+    hang: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None
+    asked: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return self.result is None and not self.died and not self.killed
+
+    def take(self, msg: dict[str, Any]) -> bool:
+        """Record one message from the rank; True if it reports a hang."""
+        op = msg.get("op")
+        if op == "hang":
+            self.hang = msg
+            return True
+        elif op == "snapshot":
+            self.snapshot = msg
+        elif op == "result":
+            self.result = msg
+        return False
+
+
+class Example:
+    """The parent's side of one ``run``: ``collect()`` the messages, then ``results()``."""
+
+    def __init__(
+        self, ident: int, slots: list[Slot], timeout: float, folder: Path, pump: Pump
+    ) -> None:
+        self.ident, self.slots, self.timeout = ident, slots, timeout
+        self.folder, self.pump = folder, pump
+        self.offsets = {slot.rank: slot.output_size() for slot in slots}
+        self.start = time.monotonic()
+        self.wall_s = 0.0
+        self.watches = {slot.rank: Watch(heard=self.start) for slot in slots}
+        self.first_hang: float | None = None
+
+    def events_path(self, rank: int) -> Path:
+        return self.folder / f"rank{rank}.events.jsonl"
+
+    def collect(self) -> None:
+        """Read messages until every rank has answered, died, or been killed after a hang."""
+        while any(w.pending for w in self.watches.values()):
+            now = time.monotonic()
+            self._check_silences(now)
+            if self.first_hang is not None:
+                self._ask_positions()
+                if now >= self.first_hang + RELEASE_GRACE_S:
+                    self._kill_pending()
+                    break
+            for slot, msg in self.pump(self._wake_at(now)):
+                watch = self.watches.get(slot.rank)
+                if watch is None or slot not in self.slots:
+                    continue
+                watch.heard = time.monotonic()
+                if msg is None:
+                    watch.died = True
+                elif msg.get("id") == self.ident and watch.take(msg):
+                    self._hung(watch.heard)
+        self.wall_s = time.monotonic() - self.start
+
+    def results(self) -> tuple[tuple[RankResult, ...], list[Event]]:
+        """Every rank's result (settled: see ``_outcome.settle``) and the merged events."""
+        events = merge(e for slot in self.slots for e in read_events(self.events_path(slot.rank)))
+        results = [
+            rank_result(slot, self.watches[slot.rank],
+                        slot.output_since(self.offsets[slot.rank]), events)
+            for slot in self.slots
+        ]
+        return settle(results), events
+
+    def _hung(self, when: float) -> None:
+        if self.first_hang is None:
+            self.first_hang = when
+
+    def _check_silences(self, now: float) -> None:
+        for rank, watch in self.watches.items():
+            limit = self.timeout + SILENCE_S  # the watchdog thread beats every second
+            if watch.pending and watch.hang is None and now - watch.heard > limit:
+                watch.hang = {"line": f"rank {rank} stopped answering "
+                                      f"({now - watch.heard:.1f} s without a message)"}
+                self._hung(now)
+
+    def _wake_at(self, now: float) -> float:
+        times = [now + 1.0]
+        if self.first_hang is not None:
+            times.append(self.first_hang + RELEASE_GRACE_S)
+        times += [w.heard + self.timeout + SILENCE_S for w in self.watches.values() if w.pending]
+        return min(times)
+
+    def _ask_positions(self) -> None:
+        """Ask ranks still running, whose own watchdog has not fired, where they are."""
+        for slot in self.slots:
+            watch = self.watches[slot.rank]
+            if watch.pending and watch.hang is None and not watch.asked:
+                watch.asked = True
+                slot.send(op="dump", id=self.ident)
+
+    def _kill_pending(self) -> None:
+        for slot in self.slots:
+            if self.watches[slot.rank].pending:
+                slot.signal()
+                self.watches[slot.rank].killed = True
+
+
+def read_events(path: Path) -> list[Event]:
+    """A rank's event log; a line cut short by a kill is skipped."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    events = []
+    for line in text.splitlines():
+        try:
+            events.append(Event.from_dict(json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return events
+
+
+def unpickle(blob: str | None) -> Any:
+    if blob is None:
+        return None
+    try:
+        return pickle.loads(base64.b64decode(blob))
+    except Exception:
+        return None
+
+
+def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> RankResult:
+    """One rank's result from what the parent saw: a result message, a kill, or a death."""
+    seen = watch.hang or watch.snapshot or {}
+    line, stacks = seen.get("line") or "", seen.get("stacks") or ""
+    if watch.result is not None:
+        msg = watch.result
+        error = msg.get("exception")
+        return RankResult(
+            slot.rank, HUNG if msg.get("hung") else msg["status"],
+            ExceptionInfo.from_dict(error) if error else None, unpickle(msg.get("value")),
+            msg.get("value_repr"), evidence=line, stacks=stacks, output=output, pid=slot.pid,
+        )
+    if watch.killed:
+        line = line or f"rank {slot.rank} did not come back after the hang"
+        return RankResult(slot.rank, HUNG, evidence=line + "; killed", stacks=stacks,
+                          output=output, pid=slot.pid)
+    code = slot.reap()
+    signum = -code if code is not None and code < 0 else None
+    return RankResult(
+        slot.rank, CRASHED, signal=signum, exitcode=code if signum is None else None,
+        evidence=crash_line(slot.rank, code, output, events), output=output, pid=slot.pid,
+    )
+
+
+def crash_line(rank: int, code: int | None, output: str, events: list[Event]) -> str:
+    """``rank 1 crashed: killed by SIGKILL after crash@... fired at step 1``, plus any
+    fatal message the process printed (gloo's ``what():``, Python's fatal error)."""
+    how = ("died" if code is None else f"killed by {signal_name(-code)}" if code < 0
+           else f"exited with code {code}")
+    text = f"rank {rank} crashed: {how}"
+    fired = [e for e in events if e.rank == rank and e.kind == FIRED]
+    if fired:
+        step = "" if fired[-1].step is None else f" at step {fired[-1].step}"
+        text += f" after {fired[-1].fault} fired{step}"
+    for marker in ERROR_MARKERS:
+        hits = [ln.strip() for ln in output.splitlines() if marker in ln]
+        if hits:
+            return text + f"; its output says: {hits[-1][:240]}"
+    return text

@@ -1,0 +1,156 @@
+"""What one example run in a World did: per-rank results, merged events, evidence.
+
+Statuses, most severe first: ``crashed`` (a rank's process died), ``hung`` (a watchdog
+fired, or a rank stopped answering), ``failed`` (a rank raised), ``passed``. A rank whose
+only error is a torch.distributed one raised because another rank failed, hung or died
+is ``released``: it was let go, it is not the cause.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from chaoslight._events import Event
+from chaoslight._schedule import Schedule
+
+PASSED, FAILED, HUNG, CRASHED, RELEASED = "passed", "failed", "hung", "crashed", "released"
+STATUSES = (PASSED, FAILED, HUNG, CRASHED)
+RANK_STATUSES = (PASSED, FAILED, RELEASED, HUNG, CRASHED)
+
+
+@dataclass(frozen=True)
+class ExceptionInfo:
+    """An exception a rank raised, as text: its type's name (``OutOfMemoryError``), the
+    module defining it (``torch``, ``builtins``), its message and formatted traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+    distributed: bool = False  # a torch.distributed / gloo communication error
+    module: str = "builtins"
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "traceback": self.traceback,
+                "distributed": self.distributed, "module": self.module}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> ExceptionInfo:
+        return cls(doc["type"], doc["message"], doc.get("traceback", ""),
+                   bool(doc.get("distributed")), doc.get("module", "builtins"))
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank's part of an example.
+
+    ``value`` is the target's return value when it could be pickled (``value_repr``
+    always, when it returned); ``signal``/``exitcode`` say how a crashed rank died;
+    ``evidence`` is one line saying where the rank was; ``stacks`` is its faulthandler
+    dump when it hung; ``output`` is the tail of its stdout and stderr.
+    """
+
+    rank: int
+    status: str
+    exception: ExceptionInfo | None = None
+    value: Any = None
+    value_repr: str | None = None
+    signal: int | None = None
+    exitcode: int | None = None
+    evidence: str = ""
+    stacks: str = ""
+    output: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of ``World.run``: status, per-rank results, all ranks' events by time."""
+
+    status: str
+    ranks: tuple[RankResult, ...]
+    events: list[Event] = field(default_factory=list)
+    wall_s: float = 0.0
+    schedule: Schedule = field(default_factory=Schedule)
+    target: str = ""
+    timeout: float = 0.0
+    violations: tuple[Any, ...] = ()  # what the checks found; any makes a pass "failed"
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    @property
+    def evidence(self) -> dict[int, str]:
+        """Per rank, one line: where it waited (hung), how it died, what it raised."""
+        return {r.rank: r.evidence for r in self.ranks if r.evidence}
+
+    def summary(self) -> str:
+        lines = [r.evidence for r in self.ranks if r.status != PASSED and r.evidence]
+        lines += [str(v) for v in self.violations]
+        return f"{self.status} in {self.wall_s:.2f} s" + (": " + "; ".join(lines) if lines else "")
+
+    def report(self) -> str:
+        """The summary, each rank's exception or stack, and the merged event log."""
+        out = [f"chaoslight World: {self.target} {self.summary()}"]
+        for result in self.ranks:
+            out.append(f"  rank {result.rank}: {result.status}")
+            if result.exception is not None and result.exception.traceback:
+                out += ["    " + line for line in result.exception.traceback.rstrip().splitlines()]
+        out += ["  " + event.line() for event in self.events]
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def describe(result: RankResult) -> str:
+    """The default evidence line for a rank that did not hang."""
+    if result.status == PASSED:
+        return f"rank {result.rank} returned {result.value_repr or 'None'}"[:200]
+    if result.status == CRASHED:
+        how = (f"killed by {signal_name(result.signal)}" if result.signal
+               else f"exited with code {result.exitcode}")
+        return f"rank {result.rank} crashed: {how}"
+    verb = "was released" if result.status == RELEASED else "raised"
+    return f"rank {result.rank} {verb}: {_one_line(str(result.exception))}"
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def settle(results: list[RankResult]) -> tuple[RankResult, ...]:
+    """Mark consequential distributed errors ``released``; fill in missing evidence."""
+    causes = [r for r in results if r.status in (HUNG, CRASHED) or (
+        r.status == FAILED and r.exception is not None and not r.exception.distributed)]
+    settled = []
+    for result in results:
+        if (result.status == FAILED and result.exception is not None
+                and result.exception.distributed and any(c.rank != result.rank for c in causes)):
+            result = replace(result, status=RELEASED)
+        if not result.evidence:
+            result = replace(result, evidence=describe(result))
+        settled.append(result)
+    return tuple(sorted(settled, key=lambda r: r.rank))
+
+
+def overall(ranks: tuple[RankResult, ...]) -> str:
+    """The example's status: the most severe of its ranks'."""
+    statuses = {r.status for r in ranks}
+    for status in (CRASHED, HUNG):
+        if status in statuses:
+            return status
+    return FAILED if statuses & {FAILED, RELEASED} else PASSED

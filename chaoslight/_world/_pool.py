@@ -1,0 +1,396 @@
+"""``chaoslight.World``: a persistent pool of DDP ranks that runs example after example."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import math
+import pickle
+import selectors
+import shutil
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from chaoslight._errors import ChaosError, InvalidArgument
+from chaoslight._faults import check_int
+from chaoslight._runtime import ScheduleLike, as_schedule
+from chaoslight._schedule import Schedule
+from chaoslight._world._example import Example, Watch
+from chaoslight._world._judging import judge
+from chaoslight._world._outcome import Outcome, overall
+from chaoslight._world._slot import Slot, worker_environment
+from chaoslight._world._target import Target, parse_target
+
+DEFAULT_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 180.0  # importing torch and Lightning in every rank at once
+INIT_TIMEOUT_S = 60.0
+
+
+class _Lost(Exception):
+    """A worker's pipe closed while the World was waiting for it."""
+
+    def __init__(self, slot: Slot) -> None:
+        super().__init__(f"rank {slot.rank}")
+        self.slot = slot
+
+
+class World:
+    """A pool of ``size`` DDP ranks on this machine (gloo, CPU) that runs many examples.
+
+        with chaoslight.World(size=2) as world:
+            outcome = world.run("examples/ddp_train.py:train", schedule, timeout=30)
+            outcome.status        # "passed" | "failed" | "hung" | "crashed"
+
+    **The target contract.** ``target`` names an importable callable, as
+    ``"path/file.py:function"`` (relative to the current directory; the file's folder goes
+    on ``sys.path`` as for a script) or ``"package.module:function"`` (importable with the
+    caller's ``sys.path``). Every rank calls it with no arguments. It runs one training:
+    builds its ``Trainer(accelerator="cpu", devices=N, strategy="ddp")``, with N from the
+    ``WORLD_SIZE`` environment variable (or ``torch.distributed.get_world_size()``), and
+    calls ``fit``. Its return value comes back per rank (``outcome.ranks[r].value`` if it
+    pickles, ``value_repr`` always). Lightning's teardown deletes ``WORLD_SIZE``; the World
+    restores it before each example, but a target that fits twice must not rely on it.
+
+    Each rank is a worker process started once, with the variables torchrun sets (RANK,
+    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; OMP_NUM_THREADS=1
+    unless set) and a gloo process group already initialised, so Lightning treats the
+    ranks as externally launched and reuses the group: torch and Lightning are imported
+    once, and a tiny fit costs tens of milliseconds. Each example runs in a fresh working
+    directory (also ``TMPDIR``), under ``inject(schedule)`` and a hang watchdog; afterwards
+    the worker puts back what targets change (the working directory, environment, default
+    dtype, thread count, grad mode, RNG state) and recreates the process group if the
+    target destroyed it or the example failed.
+
+    ``timeout`` is the hang watchdog's: an example in which no rank reaches a site for
+    ``timeout`` seconds is reported ``hung`` within a few seconds more, with each rank's
+    position and stacks; gloo's own timeout is set just above it. A rank that dies is
+    ``crashed``; the other ranks are released and dead or stuck workers are replaced. On
+    ``close`` (also on garbage collection and at interpreter exit) every worker process
+    and anything it started is killed.
+    """
+
+    def __init__(
+        self,
+        size: int = 2,
+        *,
+        start_timeout: float = START_TIMEOUT_S,
+        preload: tuple[str, ...] = ("lightning.pytorch",),
+        spares: int = 1,
+        python: str | None = None,
+    ) -> None:
+        check_int("size", size, 1)
+        check_int("spares", spares, 0)
+        self.size = size
+        self.spares = spares
+        self.start_timeout = _check_timeout(start_timeout, "start_timeout")
+        self._python = python or sys.executable
+        self._root = Path(tempfile.mkdtemp(prefix="chaoslight-world-"))
+        self._env = worker_environment(list(sys.path), tuple(preload), str(self._root))
+        self._slots: list[Slot | None] = [None] * size
+        self._spares: list[Slot] = []  # started and imported, waiting to replace a rank
+        self._every: list[Slot] = []  # every worker not yet closed: what shutdown kills
+        self._selector = selectors.DefaultSelector()
+        self._finalizer = weakref.finalize(self, _shutdown, self._every, self._selector,
+                                           str(self._root))
+        self._gen = 0
+        self._group_ok = False
+        self._count = 0
+        self._spawned = 0
+        self.closed = False
+        self._spawn_missing()
+
+    # -- public -----------------------------------------------------------------------
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"pids={self.pids}"
+        return f"<chaoslight.World size={self.size} {state}>"
+
+    @property
+    def pids(self) -> list[int]:
+        """The process id of each rank's worker, by rank."""
+        return [slot.pid for slot in self._slots if slot is not None and not slot.dead]
+
+    @property
+    def processes(self) -> list[int]:
+        """Every worker process the World holds, spares included."""
+        return [slot.pid for slot in self._every]
+
+    def start(self, timeout: float = DEFAULT_TIMEOUT_S) -> World:
+        """Wait until every rank (and spare) is up and the process group exists.
+
+        ``run`` does this itself, except waiting for the spares.
+        """
+        self._check_open()
+        self._prepare(_check_timeout(timeout))
+        self._await_ready(self._spares)
+        return self
+
+    def run(
+        self,
+        target: str,
+        schedule: ScheduleLike = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        checks: Iterable[Any] = (),
+    ) -> Outcome:
+        """Run ``target`` once in every rank under ``schedule``; see the class docstring.
+
+        ``checks`` (``chaoslight.checks``) observe every rank and are judged here over all
+        ranks' observations; a violation makes a passing example ``failed``. A check
+        that compares runs (``Deterministic``) has the example run again.
+        """
+        self._check_open()
+        spec = parse_target(target)
+        plan = as_schedule(schedule)
+        _check_ranks(plan, self.size)
+        timeout = _check_timeout(timeout)
+        checked = list(checks)
+        timeout = min([timeout] + [c.timeout for c in checked if c.name == "no-hang"])
+        blob = base64.b64encode(pickle.dumps(checked)).decode() if checked else None
+        try:
+            self._prepare(timeout)
+            self._resolve(spec)
+            outcome = self._example(spec, plan, timeout, blob)
+            return judge(checked, outcome, lambda: self._example(spec, plan, timeout, blob))
+        except InvalidArgument:
+            raise
+        except BaseException:
+            self._abandon()  # e.g. Ctrl-C mid-example: the ranks' state is unknown
+            raise
+
+    def close(self) -> None:
+        """Kill every worker (and what it started) and remove the World's files."""
+        self.closed = True
+        self._finalizer()
+
+    # -- workers and the process group ------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ChaosError("this World is closed; create a new chaoslight.World")
+
+    def _spawn_missing(self) -> None:
+        """Give every rank a live worker: a spare if there is one, else a new process."""
+        for rank, slot in enumerate(self._slots):
+            if slot is not None and not slot.dead:
+                continue
+            if slot is not None:
+                self._drop(slot)
+            fresh = self._take_spare() or self._spawn()
+            fresh.rank = rank
+            self._slots[rank] = fresh
+            self._group_ok = False
+
+    def _spawn(self) -> Slot:
+        self._spawned += 1
+        slot = Slot(self._python, self._env, self._root / f"worker-{self._spawned}.log")
+        self._selector.register(slot.msgs, selectors.EVENT_READ, slot)
+        self._every.append(slot)
+        return slot
+
+    def _take_spare(self) -> Slot | None:
+        self._drop_dead_spares()
+        if not self._spares:
+            return None
+        spare = next((s for s in self._spares if s.ready), self._spares[0])
+        self._spares.remove(spare)
+        return spare
+
+    def _drop_dead_spares(self) -> None:
+        for spare in [s for s in self._spares if s.dead]:
+            self._spares.remove(spare)
+            self._drop(spare)
+
+    def _top_up_spares(self) -> None:
+        self._drop_dead_spares()
+        while len(self._spares) < self.spares:
+            self._spares.append(self._spawn())
+
+    def _drop(self, slot: Slot) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(slot.msgs)
+        slot.close()
+        if slot in self._every:
+            self._every.remove(slot)
+
+    def _abandon(self) -> None:
+        for slot in self._live():
+            slot.signal()
+        self._group_ok = False
+
+    def _live(self) -> list[Slot]:
+        return [slot for slot in self._slots if slot is not None]
+
+    def _pump(self, deadline: float) -> list[tuple[Slot, dict[str, Any] | None]]:
+        """Messages that arrive before ``deadline``; ``None`` for a pipe that closed."""
+        out: list[tuple[Slot, dict[str, Any] | None]] = []
+        for key, _ in self._selector.select(max(0.0, deadline - time.monotonic())):
+            slot: Slot = key.data
+            messages, eof = slot.read()
+            for msg in messages:
+                if msg.get("op") == "ready":
+                    slot.ready = True
+                else:
+                    out.append((slot, msg))
+            if eof:
+                self._selector.unregister(slot.msgs)
+                slot.dead = True
+                out.append((slot, None))
+        return out
+
+    def _prepare(self, timeout: float) -> None:
+        self._spawn_missing()
+        self._await_ready(self._live())
+        if not self._group_ok:
+            self._init_group(timeout)
+        self._top_up_spares()  # after the ranks, so they start as fast as they can
+
+    def _await_ready(self, slots: list[Slot]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while not all(slot.ready for slot in slots):
+            if time.monotonic() > deadline:
+                raise ChaosError(f"World workers did not start within {self.start_timeout:g} s")
+            for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
+                if msg is None and slot in slots:
+                    raise _startup_failure(slot)
+
+    def _init_group(self, timeout: float) -> None:
+        for attempt in range(2):
+            try:
+                self._try_init(timeout)
+                return
+            except _Lost as lost:
+                if attempt:
+                    raise _startup_failure(lost.slot) from None
+                self._abandon()  # the others may wait in the rendezvous: start afresh
+                self._spawn_missing()
+                self._await_ready(self._live())
+
+    def _try_init(self, timeout: float) -> None:
+        self._gen += 1
+        gen, slots = self._gen, self._live()
+        deadline = time.monotonic() + INIT_TIMEOUT_S
+        slots[0].send(op="init", rank=0, size=self.size, gen=gen, port=0, timeout=timeout)
+        first = self._replies(slots[:1], ("store", "inited"), deadline, gen=gen)[0]
+        if first["op"] == "inited":
+            raise ChaosError(f"World could not create its process group: {first.get('error')}")
+        for slot in slots[1:]:
+            slot.send(op="init", rank=slot.rank, size=self.size, gen=gen, port=first["port"],
+                      timeout=timeout)
+        for reply in self._replies(slots, ("inited",), deadline, gen=gen).values():
+            if not reply["ok"]:
+                raise ChaosError(f"World could not create its process group: {reply['error']}")
+        self._group_ok = True
+
+    def _replies(
+        self, slots: list[Slot], ops: tuple[str, ...], deadline: float, **match: Any
+    ) -> dict[int, dict[str, Any]]:
+        got: dict[int, dict[str, Any]] = {}
+        while len(got) < len(slots):
+            if time.monotonic() > deadline:
+                missing = sorted({s.rank for s in slots} - set(got))
+                raise ChaosError(f"World: rank(s) {missing} did not answer {ops[-1]!r} in time")
+            for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
+                if slot not in slots:
+                    continue
+                if msg is None:
+                    raise _Lost(slot)
+                if msg.get("op") in ops and all(msg.get(k) == v for k, v in match.items()):
+                    got[slot.rank] = msg
+        return dict(sorted(got.items()))
+
+    def _resolve(self, spec: Target) -> None:
+        """Have every rank import the target before it runs (once per worker): a bad
+        target fails here, and the watchdog's clock never counts an import."""
+        slots = [slot for slot in self._live() if spec not in slot.resolved]
+        if not slots:
+            return
+        self._count += 1
+        for slot in slots:
+            slot.send(op="resolve", id=self._count, target=spec.to_dict())
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            replies = self._replies(slots, ("resolved",), deadline, id=self._count)
+        except _Lost as lost:
+            raise _startup_failure(lost.slot) from None
+        for reply in replies.values():
+            if not reply["ok"]:
+                raise InvalidArgument(reply["error"])
+        for slot in slots:
+            slot.resolved.add(spec)
+
+    # -- one example ------------------------------------------------------------------
+    def _example(
+        self, spec: Target, plan: Schedule, timeout: float, checks: str | None = None
+    ) -> Outcome:
+        self._count += 1
+        slots = self._live()
+        folder = self._root / f"example-{self._count:05d}"
+        (folder / "work").mkdir(parents=True)
+        example = Example(self._count, slots, timeout, folder, self._pump)
+        text = plan.to_json(indent=None)
+        for slot in slots:
+            slot.send(op="run", id=example.ident, target=spec.to_dict(), schedule=text,
+                      timeout=timeout, workdir=str(folder / "work"),
+                      events=str(example.events_path(slot.rank)), checks=checks)
+        example.collect()
+        ranks, events = example.results()
+        self._recover(slots, example.watches)
+        shutil.rmtree(folder, ignore_errors=True)
+        return Outcome(overall(ranks), ranks, events, example.wall_s, plan, spec.text, timeout)
+
+    def _recover(self, slots: list[Slot], watches: dict[int, Watch]) -> None:
+        """Replace dead workers now; mark the group for re-creation unless every rank kept it."""
+        for slot in slots:
+            result = watches[slot.rank].result
+            if slot.dead or result is None or result.get("group") != "ok":
+                self._group_ok = False
+        self._spawn_missing()
+
+
+# -- helpers (module level, so the finalizer holds no reference to the World) ----------------
+def _shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) -> None:
+    live = list(every)
+    for slot in live:
+        slot.signal()
+    for slot in live:
+        slot.close()
+    selector.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_timeout(value: Any, name: str = "timeout") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise InvalidArgument(f"{name}={value!r} must be a positive number of seconds")
+    return float(value)
+
+
+def _check_ranks(plan: Schedule, size: int) -> None:
+    for fault in plan:
+        if fault.rank is not None and fault.rank >= size:
+            raise InvalidArgument(
+                f"{fault}: rank={fault.rank} is not a rank of World(size={size}); "
+                f"ranks are 0..{size - 1}"
+            )
+
+
+def _startup_failure(slot: Slot) -> ChaosError:
+    code = slot.reap()
+    tail = slot.output_since(0)[-3000:].rstrip()
+    return ChaosError(
+        f"World worker for rank {slot.rank} exited while starting (status {code}); "
+        f"its output ends:\n{tail}"
+    )
+
+

@@ -1,0 +1,144 @@
+"""One worker process seen from the parent: its pipes, its log, and how to end it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+LAUNCHER_VARIABLES = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+})
+LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "OMPI_", "TORCHELASTIC_", "CHAOSLIGHT_")
+
+
+def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> dict[str, str]:
+    """The parent's environment without any launcher's or chaoslight's variables.
+
+    The ranks get torchrun-style variables when their group is created; one thread per
+    rank unless the caller chose otherwise (torchrun does the same).
+    """
+    from chaoslight._world._worker import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
+    if env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+        del env["TORCH_DISTRIBUTED_DEBUG"]  # segfaults DDP construction on CPU (torch 2.13)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env[PATH_VARIABLE] = json.dumps([p or os.getcwd() for p in path])
+    env[PRELOAD_VARIABLE] = ",".join(preload)
+    env[ROOT_VARIABLE] = root  # removed by the workers if the parent dies without closing
+    return env
+
+
+class Slot:
+    """A worker process: commands go down one pipe, JSON-line messages come up another.
+
+    The worker leads its own session, so ``kill`` takes down anything it started too.
+    """
+
+    def __init__(self, python: str, env: dict[str, str], log_path: Path) -> None:
+        pipes = [os.pipe() for _ in range(3)]  # commands, dump requests, messages
+        (cmd_read, cmd_write), (ctl_read, ctl_write), (msg_read, msg_write) = pipes
+        child = (cmd_read, ctl_read, msg_write)
+        self.log_path = log_path
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [python, "-m", "chaoslight._world._worker", *map(str, child)],
+                    pass_fds=child, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                )
+        except BaseException:
+            for fd in (fd for pair in pipes for fd in pair):
+                os.close(fd)
+            raise
+        for fd in child:
+            os.close(fd)
+        os.set_blocking(msg_read, False)
+        self.cmd, self.ctl, self.msgs = cmd_write, ctl_write, msg_read
+        self.buffer = b""
+        self.rank = -1
+        self.ready = False
+        self.dead = False
+        self.resolved: set[Any] = set()  # targets this worker has imported
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, **msg: Any) -> bool:
+        """Write one command (``dump`` goes to the reader thread); False if the worker is gone."""
+        data = memoryview((json.dumps(msg) + "\n").encode())
+        fd = self.ctl if msg.get("op") == "dump" else self.cmd
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            return False
+        return True
+
+    def read(self) -> tuple[list[dict[str, Any]], bool]:
+        """Every complete message available now, and whether the pipe has reached its end."""
+        chunks = []
+        eof = False
+        while True:
+            try:
+                chunk = os.read(self.msgs, 1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                eof = True
+                break
+            if not chunk:
+                eof = True
+                break
+            chunks.append(chunk)
+        lines = (self.buffer + b"".join(chunks)).split(b"\n")
+        self.buffer = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()], eof
+
+    def reap(self, wait: float = 2.0) -> int | None:
+        """The exit status (negative: killed by that signal), waiting up to ``wait`` s."""
+        try:
+            return self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self) -> None:
+        """SIGKILL the worker's whole process group (a stuck gloo rank ignores SIGTERM)."""
+        if self.proc.poll() is None or not self.dead:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.dead = True
+
+    def close(self) -> None:
+        """Kill (if alive), reap, and close the pipes."""
+        self.signal()
+        self.reap(wait=10.0)
+        for fd in (self.cmd, self.ctl, self.msgs):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.cmd = self.ctl = self.msgs = -1
+
+    def output_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def output_since(self, offset: int, limit: int = 20_000) -> str:
+        """What the worker printed since ``offset`` (the last ``limit`` characters)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                data = log.read()
+        except OSError:
+            return ""
+        return data[-limit:].decode("utf-8", "replace")

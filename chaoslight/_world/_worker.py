@@ -1,0 +1,385 @@
+"""The child side of a World: one rank, started once, running example after example.
+
+Started as ``python -m chaoslight._world._worker CMD_FD CTL_FD MSG_FD``. Commands arrive
+as JSON lines on CMD_FD, read by the main thread between examples: ``init`` (create the
+gloo group), ``resolve`` (import a target), ``run`` (one example), ``exit``. CTL_FD
+carries ``dump`` (where are you now?), answered by a reader thread even while the main
+thread is stuck. Replies leave as JSON lines on MSG_FD (stdout and stderr belong to the
+target): ``ready``, ``store``, ``inited``, ``resolved``, ``beat``, ``hang``, ``snapshot``,
+``result``. End of file on either command pipe means the parent is gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import faulthandler
+import gc
+import importlib
+import json
+import os
+import pickle
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from chaoslight._catalog import SITES
+from chaoslight._runtime import inject
+from chaoslight._schedule import Schedule
+from chaoslight._world._outcome import ExceptionInfo
+from chaoslight._world._target import Target, load_target
+from chaoslight._world._watchdog import HangReport, Watchdog, dump_stacks, snapshot
+
+ADDRESS = "127.0.0.1"
+PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
+PRELOAD_VARIABLE = "CHAOSLIGHT_WORLD_PRELOAD"
+ROOT_VARIABLE = "CHAOSLIGHT_WORLD_ROOT"
+PG_MARGIN_S = 1.0  # gloo's timeout is the example's plus this, so the watchdog fires first
+INTERRUPT_AFTER_S = 1.5  # a hang gloo has not released by then is interrupted by a signal
+STORE_TIMEOUT_S = 60.0
+BEAT_S = 1.0
+MAX_VALUE_BYTES = 16 * 2**20
+GLOO_MARKERS = ("gloo", "Connection closed by peer", "Connection reset by peer",
+                "pair closure", "Timed out waiting")
+STEPS = ("training_step", "validation_step", "test_step", "predict_step", "backward",
+         "optimizer_step")
+BATCH_HOOKS = tuple(f"on_{stage}_batch_{edge}"
+                    for stage in ("train", "validation", "test", "predict")
+                    for edge in ("start", "end"))
+# Every collective, plus the steps and batch hooks, so the watchdog sees progress. DDP's
+# gradient all-reduce is left out unless the schedule names it: observing it registers a
+# Python comm hook, which changes DDP's averaging arithmetic at odd world sizes.
+OBSERVED = frozenset(
+    {s for s in SITES if s.startswith("dist.") and s != "dist.gradient_allreduce"}
+    | {f"lightning.{name}" for name in STEPS + BATCH_HOOKS if f"lightning.{name}" in SITES}
+)
+
+
+class Channel:
+    """JSON lines to the parent (thread-safe); commands for the main thread on one pipe,
+    ``dump`` requests on another, read by a thread so they are answered while stuck."""
+
+    def __init__(self, cmd_fd: int, ctl_fd: int, msg_fd: int) -> None:
+        self.out = msg_fd
+        self.lock = threading.Lock()
+        self.cmd = os.fdopen(cmd_fd, "rb")
+        self.on_dump: Callable[[dict[str, Any]], None] = lambda msg: None
+        self.reader = threading.Thread(target=self._read, args=(ctl_fd,), daemon=True)
+
+    def send(self, **msg: Any) -> None:
+        data = memoryview((json.dumps(msg) + "\n").encode())
+        with self.lock:
+            try:
+                while data:
+                    data = data[os.write(self.out, data):]
+            except OSError:
+                orphaned()
+
+    def commands(self) -> Iterator[dict[str, Any]]:
+        """The parent's commands, read by the main thread itself (no thread hand-off)."""
+        for line in self.cmd:
+            yield json.loads(line)
+        orphaned()  # end of file: the parent is gone
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as stream:
+            for line in stream:
+                self.on_dump(json.loads(line))
+        orphaned()
+
+
+def orphaned() -> None:
+    """The parent went away: remove the World's files (nobody else will), then take this
+    process and anything it started down at once."""
+    root = os.environ.get(ROOT_VARIABLE)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(1)
+
+
+class Baseline:
+    """The process state a target may change, captured once and put back around each example:
+    working directory, environment, tempfile's directory, warning filters, torch's default
+    dtype, thread count, grad mode and determinism flag, and the torch, random and numpy
+    RNG states (so an example's randomness does not depend on the examples before it)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.cwd = os.getcwd()
+        self.dtype = torch.get_default_dtype()
+        self.threads = torch.get_num_threads()
+        self.grad = torch.is_grad_enabled()
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
+        self.torch_rng = torch.get_rng_state()
+        self.python_rng = random.getstate()
+        numpy = sys.modules.get("numpy")  # imported by Lightning when it is installed
+        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
+        self.filters = list(warnings.filters)
+
+    def enter(self, workdir: str) -> dict[str, str]:
+        """Move into the example's fresh directory; return the environment to restore."""
+        environ = dict(os.environ)
+        os.chdir(workdir)
+        os.environ["TMPDIR"] = workdir
+        tempfile.tempdir = None
+        self._reset_rng()
+        return environ
+
+    def restore(self, environ: dict[str, str]) -> None:
+        import torch
+
+        os.chdir(self.cwd)
+        restore_environment(environ)
+        tempfile.tempdir = None
+        warnings.filters[:] = self.filters  # type: ignore[index]
+        if torch.get_default_dtype() != self.dtype:
+            torch.set_default_dtype(self.dtype)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        torch.set_grad_enabled(self.grad)
+        if torch.are_deterministic_algorithms_enabled() != self.deterministic:
+            torch.use_deterministic_algorithms(self.deterministic)
+
+    def _reset_rng(self) -> None:
+        import torch
+
+        torch.set_rng_state(self.torch_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(self.numpy_rng)
+
+
+def restore_environment(environ: dict[str, str]) -> None:
+    """Make os.environ equal ``environ`` again, touching only the variables that differ."""
+    for key in [k for k in os.environ if k not in environ]:
+        del os.environ[key]
+    for key, value in environ.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
+
+
+def exception_info(exc: BaseException) -> ExceptionInfo:
+    kind = type(exc)
+    text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    return ExceptionInfo(kind.__qualname__, str(exc), text, _is_distributed(exc), kind.__module__)
+
+
+def _is_distributed(exc: BaseException) -> bool:
+    import torch.distributed as dist
+
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return False
+        if isinstance(seen, dist.DistError) or (
+            isinstance(seen, RuntimeError) and any(m in str(seen) for m in GLOO_MARKERS)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _value(value: Any) -> dict[str, Any]:
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = f"<unrepresentable {type(value).__name__}: {exc}>"
+    try:
+        data = pickle.dumps(value)
+        blob = base64.b64encode(data).decode() if len(data) <= MAX_VALUE_BYTES else None
+    except Exception:
+        blob = None
+    return {"value": blob, "value_repr": text[:2000]}
+
+
+class Worker:
+    """One rank: its process group, its loaded targets, and the example it is running."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.rank = -1
+        self.store: Any = None
+        self.group: Any = None
+        self.timeout: float | None = None
+        self.current: int | None = None
+        self.hang: HangReport | None = None
+        self.baseline = Baseline()
+        self.targets: dict[Target, Callable[[], Any]] = {}
+        # One watchdog thread for the worker's life, armed for each example.
+        self.dog = Watchdog(STORE_TIMEOUT_S, self.on_hang, interrupt_after=INTERRUPT_AFTER_S,
+                            on_tick=self.beat, tick_every=BEAT_S)
+        channel.on_dump = self.dump
+
+    def serve(self) -> None:
+        handlers = {"init": self.init, "resolve": self.resolve, "run": self.run}
+        for msg in self.channel.commands():
+            if msg["op"] == "exit":
+                return
+            handlers[msg["op"]](msg)
+
+    # -- the process group ------------------------------------------------------------
+    def init(self, msg: dict[str, Any]) -> None:
+        """(Re)create the gloo group on a fresh store; rank 0 hosts it on a free port."""
+        import torch.distributed as dist
+
+        self.release()
+        rank, size, gen = msg["rank"], msg["size"], msg["gen"]
+        self.rank = rank
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
+                          LOCAL_WORLD_SIZE=str(size), MASTER_ADDR=ADDRESS)
+        try:
+            wait = timedelta(seconds=STORE_TIMEOUT_S)
+            if rank == 0:
+                store = dist.TCPStore(ADDRESS, 0, size, True, timeout=wait, wait_for_workers=False)
+                self.channel.send(op="store", gen=gen, port=store.port)
+            else:
+                store = dist.TCPStore(ADDRESS, msg["port"], size, False, timeout=wait)
+            os.environ["MASTER_PORT"] = str(store.port)
+            self.timeout = float(msg["timeout"])
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+                                    timeout=timedelta(seconds=self.timeout + PG_MARGIN_S))
+            self.store, self.group = store, dist.group.WORLD
+        except Exception as exc:
+            self.channel.send(op="inited", gen=gen, ok=False, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.channel.send(op="inited", gen=gen, ok=True)
+
+    def release(self) -> None:
+        """Free the last example's objects (DDP reducers first), then destroy the group."""
+        import torch.distributed as dist
+
+        gc.collect()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception as exc:  # a broken group: the next init starts afresh anyway
+                print(f"chaoslight: destroying the process group failed: {exc}", file=sys.stderr)
+        self.group = self.store = None
+
+    def settle(self, clean: bool) -> str:
+        """After an example: ``ok`` (group kept), ``destroyed`` (to release peers) or ``lost``."""
+        import torch.distributed as dist
+
+        if not dist.is_initialized() or dist.group.WORLD is not self.group:
+            self.release()  # the target destroyed the group (or replaced it)
+            return "lost"
+        if not clean:
+            self.release()
+            return "destroyed"
+        return "ok"
+
+    def set_timeout(self, timeout: float) -> None:
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        if timeout != self.timeout and self.group is not None:
+            _set_pg_timeout(timedelta(seconds=timeout + PG_MARGIN_S), self.group)
+            self.timeout = timeout
+
+    # -- examples ---------------------------------------------------------------------
+    def load(self, doc: dict[str, Any]) -> Callable[[], Any]:
+        target = Target.from_dict(doc)
+        if target not in self.targets:
+            self.targets[target] = load_target(target)
+        return self.targets[target]
+
+    def resolve(self, msg: dict[str, Any]) -> None:
+        try:
+            self.load(msg["target"])
+        except Exception as exc:
+            self.channel.send(op="resolved", id=msg["id"], ok=False, error=str(exc))
+            return
+        self.channel.send(op="resolved", id=msg["id"], ok=True)
+
+    def run(self, msg: dict[str, Any]) -> None:
+        self.current, self.hang = msg["id"], None
+        self.set_timeout(float(msg["timeout"]))
+        environ = self.baseline.enter(msg["workdir"])
+        try:
+            reply = self.call(msg)
+        finally:
+            self.baseline.restore(environ)
+        self.current = None
+        reply["group"] = self.settle(clean=reply["status"] == "passed" and self.hang is None)
+        self.channel.send(op="result", id=msg["id"], rank=self.rank, hung=self.hang is not None,
+                          **reply)
+        gc.collect()  # after replying: this example's DDP reducer goes while its group lives
+
+    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Run the target once under the schedule and the watchdog; never raises."""
+        try:
+            target = self.load(msg["target"])
+            schedule = Schedule.from_json(msg["schedule"])
+            checks = unpickle_checks(msg.get("checks"))
+            observed = OBSERVED.union(*(getattr(c, "sites", ()) for c in checks))
+            with inject(schedule, events_file=msg["events"], observe=observed, checks=checks,
+                        judge=False), \
+                    self.dog.watching(float(msg["timeout"])):
+                value = target()
+        except BaseException as exc:
+            return {"status": "failed", "exception": exception_info(exc).to_dict()}
+        return {"status": "passed", **_value(value)}
+
+    def on_hang(self, report: HangReport) -> None:
+        self.hang = report
+        self.channel.send(op="hang", id=self.current, rank=self.rank, line=report.line(),
+                          stacks=report.stacks)
+
+    def beat(self) -> None:
+        self.channel.send(op="beat", id=self.current)
+
+    def dump(self, msg: dict[str, Any]) -> None:
+        """Answer ``dump`` from the reader thread: where the main thread is, all stacks."""
+        if self.current != msg.get("id"):
+            return
+        position = snapshot()
+        self.channel.send(op="snapshot", id=msg["id"], rank=self.rank, line=position.line(),
+                          stacks=dump_stacks())
+
+
+def unpickle_checks(blob: str | None) -> list[Any]:
+    """The example's check objects (their observers run here; the parent judges)."""
+    return list(pickle.loads(base64.b64decode(blob))) if blob else []
+
+
+def _prepare() -> None:
+    """sys.path as the parent had it, then the heavy imports, paid once per worker."""
+    for entry in reversed(json.loads(os.environ.get(PATH_VARIABLE, "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    import torch
+    import torch.distributed
+
+    for name in filter(None, os.environ.get(PRELOAD_VARIABLE, "").split(",")):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    with inject(Schedule(), observe=OBSERVED):  # resolves and imports every patch owner
+        torch.zeros(1)
+    gc.collect()
+    gc.freeze()  # later collections skip everything imported so far
+
+
+def main(argv: list[str]) -> None:
+    channel = Channel(int(argv[0]), int(argv[1]), int(argv[2]))
+    faulthandler.enable()  # a segfault or abort leaves its stack in the worker's log
+    channel.reader.start()
+    _prepare()
+    worker = Worker(channel)
+    channel.send(op="ready", pid=os.getpid())
+    worker.serve()
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: DDP processes sometimes abort there
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

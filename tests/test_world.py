@@ -1,0 +1,423 @@
+"""chaoslight.World: real 2-rank DDP fits over gloo, example after example, in one pool."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chaoslight
+from chaoslight._errors import ChaosError, InvalidArgument
+from chaoslight._events import Event
+from chaoslight._world import ExceptionInfo, Outcome, RankResult, World
+from chaoslight._world._example import crash_line
+from chaoslight._world._outcome import overall, settle
+from chaoslight._world._target import parse_target
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = f"{ROOT}/examples/ddp_train.py:train"
+TARGETS = f"{ROOT}/tests/world_targets.py"
+TIMEOUT = 2.0
+SLACK = 5.0  # a hang must be reported within the timeout plus this
+
+
+def target(name: str) -> str:
+    """A target from tests/world_targets.py, by absolute path."""
+    return f"{TARGETS}:{name}"
+
+
+def raise_on_rank_1(step: int = 1) -> chaoslight.Schedule:
+    """A RuntimeError raised in rank 1's training_step at ``step``."""
+    fault = chaoslight.Raise(site="lightning.training_step", rank=1, step=step)
+    return chaoslight.Schedule([fault])
+
+
+def crash_rank_1() -> chaoslight.Schedule:
+    """Rank 1 SIGKILLed at its training_step of step 1."""
+    return chaoslight.Schedule([chaoslight.Crash(site="lightning.training_step", rank=1, step=1)])
+
+
+def drop_all_reduce() -> chaoslight.Schedule:
+    """Rank 1 skips the all-reduce of a sync_dist log at step 1."""
+    return chaoslight.Schedule([chaoslight.DropSync(site="dist.all_reduce", rank=1, step=1)])
+
+
+def sessions_alive(sessions: set[int]) -> list[int]:
+    """Processes (zombies included) whose session is one of ``sessions``, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) in sessions:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def children() -> list[int]:
+    """This process's child processes (zombies included), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    """One 2-rank World shared by this module's tests (started once: ~5 s)."""
+    with World(size=2) as pool:
+        pool.start(timeout=TIMEOUT)
+        yield pool
+
+
+# -- without processes ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nofile.py:f", "no such file 'nofile.py'"),
+        ("x", "must be 'path/file.py:function' or 'package.module:function'"),
+        ("pkg.mod:", "is not a function name"),
+        ("examples/ddp_train.py:1bad", "is not a function name"),
+        ("a-b.c:f", "neither a .py file nor a module name"),
+    ],
+)
+def test_parse_target_refuses_bad_forms(text: str, message: str) -> None:
+    """Malformed targets fail in the parent with a one-line InvalidArgument."""
+    with pytest.raises(InvalidArgument, match=message) as caught:
+        parse_target(text, cwd=ROOT)
+    assert "\n" not in str(caught.value)
+
+
+def test_parse_target_resolves_paths_and_modules() -> None:
+    """A path target becomes absolute; a module target keeps its dotted name."""
+    by_path = parse_target("examples/ddp_train.py:train", cwd=ROOT)
+    assert by_path.path == str(ROOT / "examples" / "ddp_train.py")
+    assert by_path.function == "train"
+    by_module = parse_target("chaoslight._schedule:Schedule.parse")
+    assert (by_module.module, by_module.function, by_module.path) == (
+        "chaoslight._schedule",
+        "Schedule.parse",
+        None,
+    )
+
+
+def test_settle_marks_consequential_errors_released() -> None:
+    """A gloo error in one rank caused by another rank's failure is 'released', not a cause."""
+    gloo = ExceptionInfo("RuntimeError", "Connection closed by peer", distributed=True)
+    cause = ExceptionInfo("ValueError", "bad batch")
+    ranks = settle([RankResult(1, "failed", cause), RankResult(0, "failed", gloo)])
+    assert [r.status for r in ranks] == ["released", "failed"]
+    assert ranks[0].evidence.startswith("rank 0 was released: RuntimeError")
+    assert overall(ranks) == "failed"
+    alone = settle([RankResult(0, "failed", gloo), RankResult(1, "failed", gloo)])
+    assert [r.status for r in alone] == ["failed", "failed"]
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        (("passed", "passed"), "passed"),
+        (("passed", "failed"), "failed"),
+        (("released", "hung"), "hung"),
+        (("hung", "crashed"), "crashed"),
+        (("released", "crashed"), "crashed"),
+    ],
+)
+def test_overall_status_is_the_most_severe(statuses: tuple[str, str], expected: str) -> None:
+    """crashed > hung > failed (or released) > passed."""
+    ranks = tuple(RankResult(rank, status) for rank, status in enumerate(statuses))
+    assert overall(ranks) == expected
+
+
+def test_crash_line_names_signal_fault_and_fatal_message() -> None:
+    """A crashed rank's evidence names its signal, the fault that fired, and gloo's message."""
+    fired = Event(
+        "fired",
+        "lightning.training_step",
+        1,
+        1,
+        0.0,
+        0.0,
+        "crash@lightning.training_step rank=1 step=1",
+    )
+    line = crash_line(1, -9, "", [fired])
+    assert line == (
+        "rank 1 crashed: killed by SIGKILL after crash@lightning.training_step "
+        "rank=1 step=1 fired at step 1"
+    )
+    output = "noise\n  what():  Is there a distributed collective mismatch\n"
+    aborted = crash_line(0, -6, output, [])
+    assert "SIGABRT" in aborted and "collective mismatch" in aborted
+
+
+def test_outcome_summary_lists_ranks_that_did_not_pass() -> None:
+    """The summary is one line: status, time, then each non-passing rank's evidence."""
+    ranks = settle(
+        [
+            RankResult(0, "passed", value_repr="3"),
+            RankResult(1, "hung", evidence="rank 1 waits in dist.barrier #3"),
+        ]
+    )
+    outcome = Outcome("hung", ranks, wall_s=2.5)
+    assert str(outcome) == "hung in 2.50 s: rank 1 waits in dist.barrier #3"
+    assert outcome.evidence == {0: "rank 0 returned 3", 1: "rank 1 waits in dist.barrier #3"}
+
+
+def test_world_validates_its_arguments() -> None:
+    """A bad size fails before any process starts."""
+    with pytest.raises(InvalidArgument, match="size=0 must be at least 1"):
+        World(size=0)
+
+
+# -- real 2-rank DDP -----------------------------------------------------------------------
+@pytest.mark.slow
+def test_passing_example_returns_each_ranks_value(world: World) -> None:
+    """A clean fit passes in both ranks, with bit-identical weights, in well under a second."""
+    outcome = world.run(EXAMPLE, timeout=TIMEOUT)
+    assert outcome.status == "passed", outcome.report()
+    assert [r.status for r in outcome.ranks] == ["passed", "passed"]
+    assert outcome.ranks[0].value == outcome.ranks[1].value
+    assert len(outcome.ranks[0].value) == 5
+    assert outcome.events == [] and outcome.wall_s < 1.0
+
+
+@pytest.mark.slow
+def test_raise_on_one_rank_fails_and_releases_the_other(world: World) -> None:
+    """Rank 1 raises in training_step; rank 0, waiting in a collective, is let go at once."""
+    outcome = world.run(EXAMPLE, raise_on_rank_1(), timeout=30)
+    assert outcome.status == "failed", outcome.report()
+    failed, released = outcome.ranks[1], outcome.ranks[0]
+    assert failed.status == "failed" and failed.exception is not None
+    assert (failed.exception.module, failed.exception.type, failed.exception.message) == (
+        "builtins",
+        "RuntimeError",
+        "injected by chaoslight",
+    )
+    assert str(failed.exception) == "RuntimeError: injected by chaoslight"
+    assert "training_step" in failed.exception.traceback
+    assert released.status == "released" and released.exception is not None
+    assert released.exception.distributed
+    assert outcome.wall_s < 3.0  # released, not timed out (the timeout is 30 s)
+    assert [(e.kind, e.rank, e.step) for e in outcome.events] == [("fired", 1, 1)]
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+def test_dropped_collective_hangs_with_both_ranks_blocked_sites(world: World) -> None:
+    """A skipped all-reduce desyncs the ranks: hung, each rank's collective named."""
+    outcome = world.run(target("log_at_batch_end"), drop_all_reduce(), timeout=TIMEOUT)
+    assert outcome.status == "hung", outcome.report()
+    assert outcome.wall_s <= TIMEOUT + SLACK
+    assert [r.status for r in outcome.ranks] == ["hung", "hung"]
+    rank0, rank1 = outcome.evidence[0], outcome.evidence[1]
+    assert rank0.startswith("rank 0 waits in dist.all_reduce #")
+    assert "on_train_batch_end → self.log(" in rank0 and "sync_dist=True" in rank0
+    assert rank1.startswith("rank 1 waits in dist.broadcast #")
+    for result in outcome.ranks:
+        assert "Thread" in result.stacks and "world_targets.py" in result.stacks
+    assert [(e.kind, e.site, e.rank) for e in outcome.events] == [("fired", "dist.all_reduce", 1)]
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+def test_dropped_all_reduce_before_the_gradient_sync_aborts_the_peer(world: World) -> None:
+    """Under gloo, a skipped all-reduce met by DDP's larger one aborts the receiver."""
+    outcome = world.run(EXAMPLE, drop_all_reduce(), timeout=TIMEOUT)
+    assert outcome.status == "crashed", outcome.report()
+    crashed = [r for r in outcome.ranks if r.status == "crashed"]
+    assert [r.signal for r in crashed] == [signal.SIGABRT]
+    assert "collective mismatch" in crashed[0].evidence
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+def test_killed_rank_is_crashed_and_the_other_released(world: World) -> None:
+    """A Crash fault SIGKILLs rank 1; rank 0 is released and the World replaces rank 1."""
+    before = world.start(timeout=TIMEOUT).pids  # and the spare is ready
+    outcome = world.run(EXAMPLE, crash_rank_1(), timeout=30)
+    assert outcome.status == "crashed", outcome.report()
+    assert outcome.ranks[1].status == "crashed" and outcome.ranks[1].signal == signal.SIGKILL
+    assert outcome.evidence[1].startswith("rank 1 crashed: killed by SIGKILL after crash@")
+    assert outcome.ranks[0].status == "released"
+    assert outcome.wall_s < 3.0
+    assert [(e.kind, e.rank) for e in outcome.events] == [("fired", 1)]
+    after = world.pids
+    assert after[0] == before[0] and after[1] != before[1]
+    start = time.monotonic()
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+    assert time.monotonic() - start < 2.0  # a warm spare took rank 1's place
+
+
+@pytest.mark.slow
+def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
+    """Destroyed group, dtype, threads, cwd, files, env (WORLD_SIZE too), RNG: all put back."""
+    first = world.run(target("state"), timeout=TIMEOUT)
+    messy = world.run(target("leaves_a_mess"), timeout=TIMEOUT)
+    assert messy.status == "passed" and messy.ranks[0].value == "messy", messy.report()
+    after = world.run(target("state"), timeout=TIMEOUT)
+    assert after.status == "passed", after.report()
+    seen = after.ranks[0].value
+    assert seen == {
+        "dtype": "torch.float32",
+        "threads": 1,
+        "group": True,
+        "files": [],
+        "cwd_is_tmpdir": True,
+        "env": None,
+        "world_size": "2",
+        "rand": first.ranks[0].value["rand"],
+    }
+
+
+@pytest.mark.slow
+def test_return_values_that_do_not_pickle_come_back_as_repr(world: World) -> None:
+    """An unpicklable return value gives value None and its repr."""
+    outcome = world.run(target("unpicklable"), timeout=TIMEOUT)
+    assert outcome.passed
+    assert outcome.ranks[0].value is None
+    assert "<function unpicklable.<locals>.<lambda>" in (outcome.ranks[0].value_repr or "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nofile.py:f", "no such file 'nofile.py'"),
+        ("x", "must be 'path/file.py:function' or 'package.module:function'"),
+        ("chaoslight._schedule:missing", "chaoslight._schedule has no attribute 'missing'"),
+        ("no_such_pkg.mod:f", "cannot import 'no_such_pkg.mod'"),
+        (f"{ROOT}/examples/ddp_train.py:trian", "did you mean 'train'"),
+    ],
+)
+def test_bad_targets_fail_before_running(world: World, text: str, message: str) -> None:
+    """Bad target strings give a one-line InvalidArgument, and the World goes on."""
+    with pytest.raises(InvalidArgument, match=message) as caught:
+        world.run(text, timeout=TIMEOUT)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_schedule_ranks_must_exist_and_timeout_be_positive(world: World) -> None:
+    """A fault on a rank the World does not have, or a bad timeout, is refused."""
+    schedule = chaoslight.Schedule([chaoslight.Raise(site="lightning.training_step", rank=2)])
+    with pytest.raises(InvalidArgument, match="rank=2 is not a rank of World"):
+        world.run(EXAMPLE, schedule)
+    with pytest.raises(InvalidArgument, match="timeout=0 must be a positive number"):
+        world.run(EXAMPLE, timeout=0)
+
+
+@pytest.mark.slow
+def test_twenty_mixed_examples_then_no_process_left() -> None:
+    """20 examples mixing every outcome are each classified right; close leaves no child."""
+    plan = [
+        ("passed", EXAMPLE, None),
+        ("failed", EXAMPLE, raise_on_rank_1()),
+        ("hung", target("log_at_batch_end"), drop_all_reduce()),
+        ("passed", EXAMPLE, None),
+        ("crashed", EXAMPLE, crash_rank_1()),
+        ("passed", target("passing"), None),
+        ("failed", target("raises_at_once"), None),
+        ("hung", target("stubborn"), None),
+        ("passed", EXAMPLE, None),
+        ("failed", EXAMPLE, raise_on_rank_1(step=3)),
+        ("crashed", EXAMPLE, crash_rank_1()),
+        ("passed", target("leaves_a_mess"), None),
+        ("passed", EXAMPLE, None),
+        ("hung", target("log_at_batch_end"), drop_all_reduce()),
+        ("failed", EXAMPLE, raise_on_rank_1(step=0)),
+        ("passed", EXAMPLE, None),
+        ("crashed", EXAMPLE, crash_rank_1()),
+        ("passed", target("state"), None),
+        ("failed", target("raises_at_once"), None),
+        ("passed", EXAMPLE, None),
+    ]
+    assert len(plan) == 20
+    before = set(children())
+    with World(size=2) as pool:
+        sessions = set(pool.processes)
+        outcomes = []
+        for status, text, schedule in plan:
+            # Only the hangs wait for the timeout: a long one keeps a busy machine from
+            # turning a slow passing example into a hang.
+            timeout = TIMEOUT if status == "hung" else 30.0
+            outcomes.append(pool.run(text, schedule, timeout=timeout))
+            sessions |= set(pool.processes)
+    assert [o.status for o in outcomes] == [status for status, _, _ in plan], "\n".join(
+        o.report() for o in outcomes if o.status != "passed"
+    )
+    for outcome in outcomes:
+        assert outcome.wall_s <= TIMEOUT + SLACK
+        if outcome.status == "crashed":
+            assert outcome.ranks[1].signal == signal.SIGKILL
+        if outcome.status == "hung":
+            assert set(outcome.evidence) == {0, 1}
+    assert set(children()) <= before
+    assert sessions_alive(sessions) == []
+
+
+@pytest.mark.slow
+def test_close_after_an_exception_kills_every_worker() -> None:
+    """Leaving the with block by an exception kills the workers at once."""
+    with pytest.raises(ZeroDivisionError), World(size=2) as pool:
+        sessions = set(pool.processes)
+        assert len(sessions) == 2
+        _ = 1 / 0
+    assert sessions_alive(sessions) == []
+    with pytest.raises(ChaosError, match="closed"):
+        pool.run(EXAMPLE)
+
+
+SCRIPT = """
+import sys
+import chaoslight
+from chaoslight._world import World
+world = World(size=2).start(timeout=5)
+print(world._root, *world.processes, flush=True)
+slow = chaoslight.Delay(site="lightning.training_step", seconds=60)
+world.run(sys.argv[1], chaoslight.Schedule([slow]), timeout=60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_no_worker_survives_its_parent(how: signal.Signals, tmp_path: Path) -> None:
+    """Ctrl-C of the parent mid-example, or its sudden death: no worker, no file survives."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    parent = subprocess.Popen(
+        [sys.executable, str(script), EXAMPLE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        root, *pids = parent.stdout.readline().split()
+        sessions = {int(pid) for pid in pids}
+        assert len(sessions) == 3  # two ranks and a spare
+        time.sleep(1.0)  # the example is running: both ranks sit in the Delay
+        parent.send_signal(how)
+        parent.wait(timeout=30)
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+    deadline = time.monotonic() + 10
+    while (sessions_alive(sessions) or Path(root).exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sessions_alive(sessions) == []
+    assert not Path(root).exists()

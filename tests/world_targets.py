@@ -1,0 +1,96 @@
+"""Targets for the World tests: tiny DDP trainings (any world size), each with a habit.
+
+Loaded by the World's workers as ``tests/world_targets.py:<name>``; ``helpers`` is
+importable because a path target's folder goes on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from helpers import tiny_loader, tiny_model_class, tiny_trainer
+
+MAX_STEPS = 4
+LEFTOVER = "leftover.txt"
+
+
+def _fit(model: Any = None, **options: Any) -> Any:
+    model = tiny_model_class()() if model is None else model
+    world = int(os.environ["WORLD_SIZE"])
+    trainer = tiny_trainer(max_steps=MAX_STEPS, devices=world, strategy="ddp", **options)
+    trainer.fit(model, tiny_loader())
+    return model
+
+
+class BatchEndLogger(tiny_model_class()):  # type: ignore[misc]
+    """Logs its loss with ``sync_dist=True`` after the backward, in ``on_train_batch_end``."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.log("batch_loss", outputs["loss"], sync_dist=True)
+
+
+def passing() -> list[float]:
+    """Fit; return the final parameters."""
+    return _fit().flat_params().tolist()  # type: ignore[no-any-return]
+
+
+def log_at_batch_end() -> list[float]:
+    """Fit a model whose only synchronised log comes after the gradient all-reduce."""
+    return _fit(BatchEndLogger()).flat_params().tolist()  # type: ignore[no-any-return]
+
+
+def raises_at_once() -> None:
+    """Raise before any collective, in every rank."""
+    raise ValueError(f"rank {os.environ['RANK']} refuses")
+
+
+def unpicklable() -> Any:
+    """Return something pickle cannot carry back."""
+    return lambda: None
+
+
+def leaves_a_mess() -> str:
+    """Fit, then do what real scripts do at the end: change global state, destroy the group."""
+    _fit()
+    with open(LEFTOVER, "w") as handle:
+        handle.write("from the last example\n")
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(2)
+    torch.manual_seed(1234)
+    os.environ["CHAOSLIGHT_TEST_LEFTOVER"] = "1"
+    tempfile.tempdir = "/nonexistent"
+    dist.destroy_process_group()
+    os.chdir("/")
+    return "messy"
+
+
+def state() -> dict[str, Any]:
+    """Report what a previous example might have left behind, then fit (needs the group)."""
+    seen = {
+        "dtype": str(torch.get_default_dtype()),
+        "threads": torch.get_num_threads(),
+        "group": dist.is_initialized(),
+        "files": sorted(os.listdir(".")),
+        "cwd_is_tmpdir": os.path.samefile(os.getcwd(), tempfile.gettempdir()),
+        "env": os.environ.get("CHAOSLIGHT_TEST_LEFTOVER"),
+        "world_size": os.environ.get("WORLD_SIZE"),  # Lightning's teardown deletes it
+        "rand": float(torch.rand(1)),
+    }
+    _fit()
+    return seen
+
+
+def stubborn() -> None:
+    """Rank 1 swallows every interruption and never returns; rank 0 waits at a barrier."""
+    import contextlib
+    import time
+
+    if os.environ["RANK"] == "1":
+        while True:  # the point: it will not stop by itself
+            with contextlib.suppress(BaseException):
+                time.sleep(10)
+    dist.barrier()
