@@ -36,6 +36,7 @@ from chaoslight._faults import (
 )
 from chaoslight._runtime import Injection, Run, inject
 from chaoslight._schedule import MemoryBudget, Schedule
+from chaoslight._world import Outcome, Watchdog, World
 
 __version__ = "0.1.0"
 
@@ -56,11 +57,15 @@ __all__ = [
     "InvalidArgument",
     "InvalidSchedule",
     "MemoryBudget",
+    "Outcome",
     "Raise",
     "ReorderReduction",
     "Run",
     "Schedule",
+    "Watchdog",
+    "World",
     "faults",
+    "checks",
     "inject",
     "sites",
 ]
@@ -78,6 +83,10 @@ def faults() -> dict[str, str]:
 
 def __getattr__(name: str) -> Any:
     # ChaosCallback subclasses Lightning's Callback, so importing it imports Lightning.
+    if name == "checks":
+        import chaoslight.checks
+
+        return chaoslight.checks
     if name == "ChaosCallback":
         from chaoslight._callback import ChaosCallback
 

@@ -243,22 +243,23 @@ _CAPABILITY = {"drop_sync": SYNC, "reorder": REDUCTION, "corrupt": RESULT}
 
 
 def _resolve_kinds(faults: Iterable[str] | None, mode: str | None) -> tuple[str, ...]:
-    if faults is not None and mode is not None:
-        raise InvalidArgument("give faults= or mode=, not both")
-    if mode is not None:
-        if mode not in MODES:
-            raise InvalidArgument(
-                f"mode={mode!r} must be 'survive' or 'fail-cleanly'" + suggest(str(mode), MODES)
-            )
-        return MODES[mode]
+    if mode is not None and mode not in MODES:
+        raise InvalidArgument(
+            f"mode={mode!r} must be 'survive' or 'fail-cleanly'" + suggest(str(mode), MODES)
+        )
     kinds = tuple(KINDS if faults is None else faults)
     for kind in kinds:
         if kind not in _BUILDERS:
-            raise InvalidArgument(
-                f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}"
-            )
+            raise InvalidArgument(f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}")
     if not kinds:
         raise InvalidArgument("faults=() must name at least one fault kind")
+    if mode is not None:
+        allowed = MODES[mode]
+        if not set(kinds) & set(allowed):
+            raise InvalidArgument(
+                f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({', '.join(allowed)})"
+            )
+        kinds = tuple(k for k in kinds if k in allowed) if faults is not None else allowed
     return tuple(k for k in KINDS if k in kinds)  # simplest first, whatever order given
 
 

@@ -359,11 +359,11 @@ def test_twenty_mixed_examples_then_no_process_left() -> None:
         o.report() for o in outcomes if o.status != "passed"
     )
     for outcome in outcomes:
-        assert outcome.wall_s <= TIMEOUT + SLACK
         if outcome.status == "crashed":
-            assert outcome.ranks[1].signal == signal.SIGKILL
+            assert outcome.ranks[1].signal == signal.SIGKILL, outcome.report()
         if outcome.status == "hung":
-            assert set(outcome.evidence) == {0, 1}
+            assert outcome.wall_s <= TIMEOUT + SLACK, outcome.report()
+            assert set(outcome.evidence) == {0, 1}, outcome.report()
     assert set(children()) <= before
     assert sessions_alive(sessions) == []
 

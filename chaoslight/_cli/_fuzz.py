@@ -44,7 +44,7 @@ def _split(value: str | None) -> list[str] | None:
 
 
 def fuzz_command(args: argparse.Namespace) -> int:
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, markup=False)
     mode = args.mode
     kinds = _split(args.faults)
     if mode is None and kinds is None:
@@ -87,7 +87,7 @@ def replay_command_main(args: argparse.Namespace) -> int:
         failure, target=target, world_size=args.world_size, timeout=args.timeout,
         checks=args.check,
     )
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, markup=False)
     console.print(outcome.report())
     for violation in getattr(outcome, "violations", []):
         console.print(f"check failed: {violation}")

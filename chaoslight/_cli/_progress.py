@@ -28,7 +28,7 @@ class Display:
                              transient=True)
             self.live.__enter__()
         else:
-            self.console.print(f"chaoslight fuzz: {self.title}")
+            self.console.print(f"chaoslight fuzz: {self.title}", markup=False, soft_wrap=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -44,7 +44,9 @@ class Display:
             self._last_phase, self._last_line = progress.phase, now
             self.console.print(
                 f"[{progress.phase}] examples={progress.examples} failures={progress.failures} "
-                f"rate={progress.per_minute:.0f}/min"
+                f"rate={progress.per_minute:.0f}/min",
+                markup=False,
+                soft_wrap=True,
             )
 
     def _table(self, progress: Any) -> Table:

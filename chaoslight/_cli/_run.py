@@ -52,7 +52,7 @@ def run_command(args: argparse.Namespace) -> int:
         events_dir = Path(args.events_dir or Path(scratch) / "events")
         status = _launch(command, schedule, Path(scratch), events_dir, args.timeout)
         events = read_events(events_dir)
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, markup=False)
     console.print(render_report(events, reached={}), soft_wrap=True)
     if status == TIMEOUT_STATUS:
         console.print(f"chaoslight: the command ran past --timeout={args.timeout:g} s: killed")

@@ -74,8 +74,13 @@ def emit_test(failure: Failure, path: str | Path) -> None:
                   failure.target.split(":")[-1]).strip("_").lower() or "target"
     checks = ", ".join(f"check_by_name({c!r})" for c in failure.checks)
     schedule_text = failure.schedule.to_text().replace('"""', '\\"\\"\\"')
-    expect = ("assert outcome.passed, outcome.report()" if failure.mode == "survive" else
-              "assert outcome.status in (\"failed\", \"crashed\"), outcome.report()")
+    expect = (
+        "assert outcome.passed, outcome.report()"
+        if failure.mode == "survive"
+        else "assert not outcome.violations, outcome.report()\n"
+        "    # the injected error must end the run, promptly and visibly\n"
+        "    assert outcome.status in (\"failed\", \"crashed\"), outcome.report()"
+    )
     source = f'''"""Regression test emitted by `chaoslight fuzz`: replays a minimal failing schedule.
 
 Found failure: {failure.reason[:300]}

@@ -21,7 +21,7 @@ class Verdict:
     reason: str
     status: str
     violations: list[Violation] = field(default_factory=list)
-    fired: tuple[str, ...] = ()
+    fired: tuple[tuple[int, str], ...] = ()  # (rank, fault), sorted: ranks race in time
 
     def signature(self) -> tuple[Any, ...]:
         """What must repeat for a failure to count as reproduced (not flaky)."""
@@ -34,7 +34,7 @@ def verdict(outcome: Any, violations: list[Violation], mode: str) -> Verdict:
     In ``fail-cleanly`` mode a run that hangs fails, and so does one that passes although
     a hard fault (OOM, raised error, crash, dropped sync) fired: the error was swallowed.
     """
-    fired = tuple(e.fault for e in outcome.events if e.kind == FIRED)
+    fired = tuple(sorted((e.rank, e.fault) for e in outcome.events if e.kind == FIRED))
     if violations:
         return Verdict(True, "; ".join(str(v) for v in violations), outcome.status, violations, fired)
     if mode == SURVIVE:
@@ -42,7 +42,7 @@ def verdict(outcome: Any, violations: list[Violation], mode: str) -> Verdict:
         return Verdict(not ok, "" if ok else outcome.summary(), outcome.status, [], fired)
     if outcome.status == "hung":
         return Verdict(True, outcome.summary(), outcome.status, [], fired)
-    swallowed = [f for f in fired if f.startswith(HARD_PREFIXES)]
+    swallowed = [f for _, f in fired if f.startswith(HARD_PREFIXES)]
     if outcome.status == "passed" and swallowed:
         reason = f"passed although {swallowed[0]} fired: the error was swallowed"
         return Verdict(True, reason, outcome.status, [], fired)

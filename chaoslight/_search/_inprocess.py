@@ -1,0 +1,49 @@
+"""Running an example in this process (no World): for single-rank searches and tests."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from chaoslight._errors import CheckFailed
+from chaoslight._runtime import inject
+from chaoslight._schedule import Schedule
+from chaoslight._search._property import Verdict, verdict
+from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
+
+
+def run_in_process(function: Callable[[], Any], schedule: Schedule, checks: Sequence[Any] = ()) -> Outcome:
+    """Call ``function`` under ``schedule`` in this process; the result as a 1-rank Outcome."""
+    started = time.monotonic()
+    injection = inject(schedule, checks=checks)
+    exception: BaseException | None = None
+    try:
+        with injection:
+            function()
+    except CheckFailed:
+        pass  # the violations are on the run
+    except Exception as exc:  # the example's own failure is data here
+        exception = exc
+    run = injection.run
+    if exception is None:
+        result = RankResult(0, "passed")
+    else:
+        info = ExceptionInfo(type(exception).__name__, str(exception), traceback.format_exc())
+        result = RankResult(0, "failed", info, evidence=f"rank 0 raised: {info}")
+    status = "failed" if run.violations or exception is not None else "passed"
+    return Outcome(status, (result,), list(run.events), time.monotonic() - started, schedule,
+                   getattr(function, "__name__", "function"), 0.0, tuple(run.violations))
+
+
+def in_process_runner(
+    function: Callable[[], Any], mode: str, checks: Sequence[Any] = ()
+) -> Callable[[Schedule], tuple[Verdict, Outcome]]:
+    """A Campaign runner that runs ``function`` in this process under each schedule."""
+
+    def run(schedule: Schedule) -> tuple[Verdict, Outcome]:
+        outcome = run_in_process(function, schedule, checks)
+        return verdict(outcome, list(outcome.violations), mode), outcome
+
+    return run

@@ -1,0 +1,122 @@
+"""chaoslight fuzz / replay end to end, usage errors, and the quality of the search."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaoslight._checks import ErrorsSurface
+from chaoslight._cli import main
+from chaoslight._search import Campaign
+from chaoslight._search._inprocess import in_process_runner
+from chaoslight.strategies import schedules
+
+ROOT = Path(__file__).resolve().parent.parent
+SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"
+TWO_RANKS = f"{ROOT}/examples/planted/two_rank_skips.py"
+USER_SITES = "lightning.training_step,lightning.forward,lightning.backward,lightning.optimizer_step"
+
+
+def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaoslight._cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=540)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["fuzz"], "required: target"),
+        (["fuzz", "nofile.py:train"], "no such file"),
+        (["fuzz", "justaname"], "justaname"),
+        (["fuzz", f"{SWALLOWED}:train", "--faults", "oomm"], "did you mean 'oom'"),
+        (["fuzz", f"{SWALLOWED}:train", "--sites", "lightning.fwd"], "not a known site"),
+        (["fuzz", f"{SWALLOWED}:train", "--check", "replicas"], "is not a check"),
+        (["fuzz", f"{SWALLOWED}:train", "--world-size", "0"], "world_size=0"),
+        (["fuzz", f"{SWALLOWED}:train", "--max-examples", "0"], "max_examples=0"),
+        (["fuzz", f"{SWALLOWED}:train", "--timeout", "0"], "timeout=0"),
+        (["fuzz", f"{SWALLOWED}:train", "--mode", "chaos"], "invalid choice: 'chaos'"),
+        (["fuzz", f"{SWALLOWED}:train", "--faults", "delay", "--mode", "fail-cleanly"],
+         "has no kind that mode='fail-cleanly'"),
+        (["replay", "/no/such.json"], "cannot read"),
+        (["replay", "SCHEDULE"], "names no target"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each usage error of fuzz/replay exits 2 with one line naming the problem."""
+    schedule = tmp_path / "s.txt"
+    schedule.write_text("oom@lightning.forward rank=0 step=0\n")
+    argv = [str(schedule) if a == "SCHEDULE" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.slow
+def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
+    """fuzz exits 1 with the one-fault minimal schedule; replay and the emitted test reproduce it."""
+    found = chaoslight("fuzz", f"{SWALLOWED}:train", "--faults", "oom", "--mode", "fail-cleanly",
+                       "--sites", USER_SITES, "--max-examples", "60", "--seed", "3",
+                       "--timeout", "5", "--emit-test", "test_regression.py", cwd=tmp_path)
+    assert found.returncode == 1, found.stdout + found.stderr
+    lines = found.stdout.splitlines()
+    schedule = lines[lines.index("minimal failing schedule:") + 1:][:1]
+    assert schedule == ["  oom@lightning.forward rank=0 step=0"]
+    assert f"replay: chaoslight replay chaoslight-failure.json {SWALLOWED}:train" in found.stdout
+    saved = json.loads((tmp_path / "chaoslight-failure.json").read_text())
+    assert saved["target"] == f"{SWALLOWED}:train" and saved["world_size"] == 2
+    again = chaoslight("replay", "chaoslight-failure.json", cwd=tmp_path)
+    assert again.returncode == 1 and "replay: still fails" in again.stdout
+    emitted = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-W", "ignore", "test_regression.py"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert emitted.returncode == 1, emitted.stdout  # the regression test fails while the bug is there
+
+
+@pytest.mark.slow
+def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> None:
+    """On the fixed twin fuzz runs every example of its budget and exits 0."""
+    clean = chaoslight("fuzz", f"{SWALLOWED}:train_fixed", "--faults", "oom", "--mode",
+                       "fail-cleanly", "--sites", USER_SITES, "--max-examples", "15",
+                       "--seed", "3", "--timeout", "5", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert "no failure in 15 examples" in clean.stdout
+
+
+@pytest.mark.quality
+def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
+    """In-process, the swallowed OOM is found and shrunk to exactly one fault."""
+    sys.path.insert(0, str(ROOT / "examples" / "planted"))
+    try:
+        import swallowed_oom
+    finally:
+        sys.path.pop(0)
+    strategy = schedules(world_size=1, steps=4, faults=["oom"], mode="fail-cleanly",
+                         sites=USER_SITES.split(","))
+    result = Campaign(in_process_runner(swallowed_oom.train, "fail-cleanly", [ErrorsSurface()]),
+                      strategy, max_examples=80, seed=5, replays=2).execute()
+    assert result.status == "failed"
+    assert result.schedule is not None
+    assert result.schedule.to_text() == "oom@lightning.forward rank=0 step=0"
+    assert result.examples <= 120
+
+
+@pytest.mark.quality
+@pytest.mark.slow
+def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
+    """At world size 2 the bug that needs OOMs on both ranks shrinks to exactly those two."""
+    found = chaoslight("fuzz", f"{TWO_RANKS}:train", "--faults", "oom", "--sites",
+                       "lightning.forward", "--max-examples", "200", "--seed", "1",
+                       "--timeout", "5", cwd=tmp_path)
+    assert found.returncode == 1, found.stdout + found.stderr
+    lines = found.stdout.splitlines()
+    start = lines.index("minimal failing schedule:") + 1
+    assert lines[start:start + 2] == ["  oom@lightning.forward rank=0 step=0",
+                                      "  oom@lightning.forward rank=1 step=0"]
+    examples = int(found.stdout.split("failure after ")[1].split()[0])
+    assert examples <= 200
