@@ -64,8 +64,8 @@ __all__ = [
     "Schedule",
     "Watchdog",
     "World",
-    "faults",
     "checks",
+    "faults",
     "inject",
     "sites",
 ]

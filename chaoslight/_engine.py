@@ -43,7 +43,8 @@ def exception_class(name: str) -> type[BaseException]:
     import builtins
 
     if ":" not in name:
-        return getattr(builtins, name)  # type: ignore[no-any-return]
+        found: type[BaseException] = getattr(builtins, name)
+        return found
     module_name, _, qualname = name.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -192,10 +193,12 @@ class Engine:
         skip = False
         for fault in faults:
             self.record(FIRED, site, rank, step, str(fault), call)
-            if isinstance(fault, _ABORTING) and not (isinstance(fault, OOM) and fault.deferred):
-                if behaviour.before_abort is not None:
-                    with self.internal():
-                        behaviour.before_abort(wrapped, args, kwargs)
+            aborting = isinstance(fault, _ABORTING) and not (
+                isinstance(fault, OOM) and fault.deferred
+            )
+            if aborting and behaviour.before_abort is not None:
+                with self.internal():
+                    behaviour.before_abort(wrapped, args, kwargs)
             if isinstance(fault, Delay):
                 time.sleep(fault.seconds)
             elif isinstance(fault, OOM):
@@ -249,11 +252,18 @@ class Engine:
 
     # -- events -----------------------------------------------------------------------
     def record(
-        self, kind: str, site: str, rank: int, step: int | None, fault: str,
-        call: int = 0, detail: str = "",
+        self,
+        kind: str,
+        site: str,
+        rank: int,
+        step: int | None,
+        fault: str,
+        call: int = 0,
+        detail: str = "",
     ) -> None:
-        event = Event(kind, site, rank, step, time.monotonic(), time.time(), fault, call, detail,
-                      os.getpid())
+        event = Event(
+            kind, site, rank, step, time.monotonic(), time.time(), fault, call, detail, os.getpid()
+        )
         self.events.append(event)
         if self._sink is not None:
             self._sink.write(json.dumps(event.to_dict()) + "\n")
@@ -261,8 +271,14 @@ class Engine:
 
     def close(self) -> None:
         if self.pending_oom is not None:
-            self.record(NOTE, "sync", current_rank(), self.step(), "",
-                        detail="a deferred OOM was never surfaced: no sync point was reached")
+            self.record(
+                NOTE,
+                "sync",
+                current_rank(),
+                self.step(),
+                "",
+                detail="a deferred OOM was never surfaced: no sync point was reached",
+            )
             self.pending_oom = None
         self.ledger.release_all()
         self._close_sink()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class ChaosError(Exception):
@@ -28,7 +28,7 @@ class InjectionActive(ChaosError, RuntimeError):
 class CheckFailed(ChaosError, AssertionError):
     """A check found a broken invariant; ``violations`` says what, where and why."""
 
-    def __init__(self, violations: list[object]) -> None:
+    def __init__(self, violations: Sequence[object]) -> None:
         self.violations = violations
         super().__init__("; ".join(str(v) for v in violations))
 

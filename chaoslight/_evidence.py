@@ -59,5 +59,3 @@ class Evidence:
         for event in self.events:
             if event.kind == OBSERVATION and event.site == check:
                 yield event, json.loads(event.detail)
-
-

@@ -215,10 +215,11 @@ class Raise(Fault):
             object.__setattr__(self, "args", tuple(exc.args))
             exc = type(exc)
         if isinstance(exc, type) and issubclass(exc, BaseException):
+            exc_type: type[BaseException] = exc
             name = (
-                exc.__name__
-                if vars(builtins).get(exc.__name__) is exc
-                else (f"{exc.__module__}:{exc.__qualname__}")
+                exc_type.__name__
+                if vars(builtins).get(exc_type.__name__) is exc_type
+                else f"{exc_type.__module__}:{exc_type.__qualname__}"
             )
             object.__setattr__(self, "exception", name)
         if isinstance(self.args, list):

@@ -31,11 +31,19 @@ FAILURES_DIR = Path(".chaoslight") / "failures"
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaoslight", "chaoslight fault injection")
     group.addoption("--chaos-world-size", type=int, default=2, help="ranks in chaos_world")
-    group.addoption("--chaos-max-examples", type=int, default=None,
-                    help="Hypothesis max_examples for tests without their own settings")
+    group.addoption(
+        "--chaos-max-examples",
+        type=int,
+        default=None,
+        help="Hypothesis max_examples for tests without their own settings",
+    )
     group.addoption("--chaos-seed", type=int, default=None, help="seed Hypothesis's search")
-    group.addoption("--chaos-timeout", type=float, default=20.0,
-                    help="per-example timeout of chaos_world.run, seconds")
+    group.addoption(
+        "--chaos-timeout",
+        type=float,
+        default=20.0,
+        help="per-example timeout of chaos_world.run, seconds",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,8 +82,9 @@ class RecordingWorld:
         self.timeout = timeout
         self.size = world.size
 
-    def run(self, target: str, schedule: Any = None, *, timeout: float | None = None,
-            checks: Any = ()) -> Any:
+    def run(
+        self, target: str, schedule: Any = None, *, timeout: float | None = None, checks: Any = ()
+    ) -> Any:
         from chaoslight._runtime import as_schedule
 
         plan = as_schedule(schedule)
@@ -101,12 +110,17 @@ def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -
     from chaoslight._world import World
 
     marker = request.node.get_closest_marker("chaos_world")
-    size = int(marker.kwargs.get("size", marker.args[0] if marker.args else 2)) if marker else \
-        request.config.getoption("--chaos-world-size")
+    size = (
+        int(marker.kwargs.get("size", marker.args[0] if marker.args else 2))
+        if marker
+        else request.config.getoption("--chaos-world-size")
+    )
     if size not in _chaos_worlds or _chaos_worlds[size].closed:
         _chaos_worlds[size] = World(size=size)
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
-    return RecordingWorld(_chaos_worlds[size], recorder, request.config.getoption("--chaos-timeout"))
+    return RecordingWorld(
+        _chaos_worlds[size], recorder, request.config.getoption("--chaos-timeout")
+    )
 
 
 @pytest.fixture
@@ -128,7 +142,7 @@ _RECORDER = pytest.StashKey[_Recorder]()
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
+    outcome: Any = yield
     report = outcome.get_result()
     recorder = item.stash.get(_RECORDER, None)
     if report.when != "call" or not report.failed or recorder is None or recorder.schedule is None:
@@ -142,8 +156,15 @@ def _describe(item: pytest.Item, recorder: _Recorder) -> str:
     path = FAILURES_DIR / (re.sub(r"[^\w.-]+", "_", item.nodeid).strip("_") + ".json")
     outcome = recorder.outcome
     reason = outcome.summary() if outcome is not None else "the test failed under this schedule"
-    failure = Failure(recorder.schedule, recorder.target, recorder.world_size,
-                      recorder.timeout or 20.0, recorder.checks, "survive", reason)
+    failure = Failure(
+        recorder.schedule,
+        recorder.target,
+        recorder.world_size,
+        recorder.timeout or 20.0,
+        recorder.checks,
+        "survive",
+        reason,
+    )
     failure.save(Path(item.config.rootpath) / path)
     lines = ["minimal failing schedule (the last one run):"]
     lines += ["  " + line for line in (recorder.schedule.to_text() or "(empty)").splitlines()]

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from chaoslight import _sites
-from chaoslight._engine import Engine
 from chaoslight._context import current_rank
+from chaoslight._engine import Engine
 from chaoslight._errors import CheckFailed, InjectionActive, InvalidArgument
-from chaoslight._evidence import Evidence, RankView, Violation
 from chaoslight._events import FIRED, Event, render_report, to_jsonl
+from chaoslight._evidence import Evidence, RankView, Violation
 from chaoslight._faults import OOM, Fault
 from chaoslight._schedule import Schedule
 
@@ -136,8 +136,12 @@ class Injection:
     def _judge(self, exc: BaseException | None) -> None:
         """Run every check's judge over this process's events; raise on a violation."""
         rank = current_rank()
-        view = RankView(rank, "passed") if exc is None else RankView(
-            rank, "failed", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
+        view = (
+            RankView(rank, "passed")
+            if exc is None
+            else RankView(
+                rank, "failed", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
+            )
         )
         evidence = Evidence(self.run.events, {rank: view}, self.schedule)
         self.run.violations = [v for c in self.checks for v in c.judge(evidence)]

@@ -7,10 +7,10 @@ On a failure the report shows the minimal schedule, the failure and a replay com
 
 from __future__ import annotations
 
+from chaoslight.strategies import schedules
 from hypothesis import given, settings
 
 from chaoslight.checks import ReplicasInSync
-from chaoslight.strategies import schedules
 
 TARGET = "examples/ddp_train.py:train"
 

@@ -33,7 +33,13 @@ class LearningRateUnchanged(Check):
         for event, facts in evidence.observations(self.name):
             start = first.setdefault(event.rank, facts["lr"])
             if facts["lr"] != start:
-                return [Violation(self.name, f"lr moved from {start} to {facts['lr']}",
-                                  rank=event.rank, step=event.step,
-                                  cause="a scheduler stepping when it should not")]
+                return [
+                    Violation(
+                        self.name,
+                        f"lr moved from {start} to {facts['lr']}",
+                        rank=event.rank,
+                        step=event.step,
+                        cause="a scheduler stepping when it should not",
+                    )
+                ]
         return []

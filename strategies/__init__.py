@@ -143,7 +143,7 @@ def delays(
         raise InvalidArgument(
             f"max_seconds={max_seconds!r} must be between resolution={resolution!r} and 3600"
         )
-    ticks = st.integers(1, int(round(max_seconds / resolution)))
+    ticks = st.integers(1, round(max_seconds / resolution))
     seconds = ticks.map(lambda k: round(k * resolution, 6))
     return _kind(Delay, None, seconds=seconds)(chosen, world_size, steps)
 
@@ -250,14 +250,17 @@ def _resolve_kinds(faults: Iterable[str] | None, mode: str | None) -> tuple[str,
     kinds = tuple(KINDS if faults is None else faults)
     for kind in kinds:
         if kind not in _BUILDERS:
-            raise InvalidArgument(f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}")
+            raise InvalidArgument(
+                f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}"
+            )
     if not kinds:
         raise InvalidArgument("faults=() must name at least one fault kind")
     if mode is not None:
         allowed = MODES[mode]
         if not set(kinds) & set(allowed):
+            draws = ", ".join(allowed)
             raise InvalidArgument(
-                f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({', '.join(allowed)})"
+                f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({draws})"
             )
         kinds = tuple(k for k in kinds if k in allowed) if faults is not None else allowed
     return tuple(k for k in KINDS if k in kinds)  # simplest first, whatever order given

@@ -111,7 +111,14 @@ def unseeded() -> None:
         def __init__(self) -> None:
             super().__init__()
             with torch.no_grad():
-                self.layer.weight.copy_(torch.randn(self.layer.weight.shape, generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))))
+                self.layer.weight.copy_(
+                    torch.randn(
+                        self.layer.weight.shape,
+                        generator=torch.Generator().manual_seed(
+                            int.from_bytes(os.urandom(4), "little")
+                        ),
+                    )
+                )
 
     pl().seed_everything(0, verbose=False)
     _fit(Unseeded())
@@ -126,14 +133,17 @@ def seeded() -> None:
 def mlp_for_overhead(steps: int = 60) -> None:
     """A small MLP fit of ``steps`` steps, for the checks-overhead benchmark."""
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(64 * 32, 64, generator=generator),
-                         torch.randint(0, 10, (64 * 32,), generator=generator))
+    data = TensorDataset(
+        torch.randn(64 * 32, 64, generator=generator),
+        torch.randint(0, 10, (64 * 32,), generator=generator),
+    )
 
     class MLP(pl().LightningModule):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
-                                           torch.nn.Linear(256, 10))
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+            )
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             x, y = batch

@@ -10,6 +10,7 @@ import torch
 
 import chaoslight
 from chaoslight import CheckFailed, Schedule
+from chaoslight._evidence import Evidence
 from chaoslight.checks import (
     CHECKS,
     Check,
@@ -22,7 +23,6 @@ from chaoslight.checks import (
     Violation,
     check_by_name,
 )
-from chaoslight._evidence import Evidence
 from tests.helpers import fit, tiny_model
 
 
@@ -111,8 +111,7 @@ class LossBelow(Check):
         self.bound = bound
 
     def observer(self) -> Any:
-        from chaoslight.checks import observe
-        from chaoslight.checks import observer_class
+        from chaoslight.checks import observe, observer_class
 
         check = self
 
@@ -141,8 +140,13 @@ def test_user_check_protocol() -> None:
 def test_check_names_are_stable_and_misspellings_suggest() -> None:
     """Check names are the stable CLI names; a misspelt one suggests the right one."""
     assert list(CHECKS) == [
-        "replicas-in-sync", "no-hang", "finite-loss", "finite-grads", "disjoint-shards",
-        "errors-surface", "deterministic",
+        "replicas-in-sync",
+        "no-hang",
+        "finite-loss",
+        "finite-grads",
+        "disjoint-shards",
+        "errors-surface",
+        "deterministic",
     ]
     assert isinstance(check_by_name("finite-loss"), FiniteLoss)
     with pytest.raises(chaoslight.InvalidArgument, match="did you mean 'finite-loss'"):

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chaoslight.strategies import schedules
 from hypothesis import HealthCheck, given, settings
 
 from chaoslight import Schedule
@@ -19,7 +20,6 @@ from chaoslight.checks import (
     NoHang,
     ReplicasInSync,
 )
-from chaoslight.strategies import schedules
 
 pytestmark = pytest.mark.slow
 
@@ -48,36 +48,48 @@ def test_replicas_in_sync_names_step_and_parameter(world: World) -> None:
 
     The observer runs before the module's own on_train_batch_end, where the edit happens.
     """
-    outcome = world.run(target("rank_zero_edit"), Schedule(), timeout=TIMEOUT,
-                        checks=[ReplicasInSync()])
+    outcome = world.run(
+        target("rank_zero_edit"), Schedule(), timeout=TIMEOUT, checks=[ReplicasInSync()]
+    )
     assert outcome.status == "failed"
     violation = only(outcome, "replicas-in-sync")
     assert violation.step == 2 and "'layer.weight'" in violation.message  # type: ignore[attr-defined]
     assert "rank_zero_only" in str(violation)
-    assert not world.run(target("plain"), Schedule(), timeout=TIMEOUT,
-                         checks=[ReplicasInSync()]).violations
+    assert not world.run(
+        target("plain"), Schedule(), timeout=TIMEOUT, checks=[ReplicasInSync()]
+    ).violations
 
 
 def test_replicas_in_sync_catches_a_dropped_gradient_sync(world: World) -> None:
     """A skipped gradient-bucket reduction on rank 1 is caught at the step it happened."""
-    outcome = world.run(target("plain"), "drop_sync@dist.gradient_allreduce rank=1 step=2",
-                        timeout=TIMEOUT, checks=[ReplicasInSync()])
+    outcome = world.run(
+        target("plain"),
+        "drop_sync@dist.gradient_allreduce rank=1 step=2",
+        timeout=TIMEOUT,
+        checks=[ReplicasInSync()],
+    )
     assert only(outcome, "replicas-in-sync").step == 2  # type: ignore[attr-defined]
 
 
 def test_disjoint_shards_catches_missing_distributed_sampler(world: World) -> None:
     """Without a DistributedSampler both ranks see every sample: DisjointShards fails."""
-    outcome = world.run(target("no_distributed_sampler"), Schedule(), timeout=TIMEOUT,
-                        checks=[DisjointShards()])
+    outcome = world.run(
+        target("no_distributed_sampler"), Schedule(), timeout=TIMEOUT, checks=[DisjointShards()]
+    )
     assert "seen by more than one rank" in str(only(outcome, "disjoint-shards"))
-    assert not world.run(target("plain"), Schedule(), timeout=TIMEOUT,
-                         checks=[DisjointShards()]).violations
+    assert not world.run(
+        target("plain"), Schedule(), timeout=TIMEOUT, checks=[DisjointShards()]
+    ).violations
 
 
 def test_finite_loss_and_grads_name_rank_and_step(world: World) -> None:
     """A log(0) on rank 1 at step 2 is reported on rank 1 at step 2 by both finite checks."""
-    outcome = world.run(target("nan_loss_on_rank_1"), Schedule(), timeout=TIMEOUT,
-                        checks=[FiniteLoss(), FiniteGrads()])
+    outcome = world.run(
+        target("nan_loss_on_rank_1"),
+        Schedule(),
+        timeout=TIMEOUT,
+        checks=[FiniteLoss(), FiniteGrads()],
+    )
     loss = only(outcome, "finite-loss")
     assert (loss.rank, loss.step) == (1, 2)  # type: ignore[attr-defined]
     assert only(outcome, "finite-grads").step == 2  # type: ignore[attr-defined]
@@ -86,8 +98,9 @@ def test_finite_loss_and_grads_name_rank_and_step(world: World) -> None:
 def test_errors_surface_catches_swallowed_oom_across_ranks(world: World) -> None:
     """An OOM swallowed on rank 1 fails ErrorsSurface; letting it propagate passes."""
     schedule = "oom@lightning.forward rank=1 step=1"
-    outcome = world.run(target("swallowed_oom"), schedule, timeout=TIMEOUT,
-                        checks=[ErrorsSurface()])
+    outcome = world.run(
+        target("swallowed_oom"), schedule, timeout=TIMEOUT, checks=[ErrorsSurface()]
+    )
     violation = only(outcome, "errors-surface")
     assert violation.rank == 1 and "swallowed" in violation.message  # type: ignore[attr-defined]
     fixed = world.run(target("plain"), schedule, timeout=TIMEOUT, checks=[ErrorsSurface()])
@@ -97,32 +110,59 @@ def test_errors_surface_catches_swallowed_oom_across_ranks(world: World) -> None
 def test_no_hang_reports_a_dropped_collective(world: World) -> None:
     """A dropped all-reduce on rank 1 is a hang: NoHang names where the ranks wait."""
     # The synchronised log after the backward: rank 0 then waits alone in its all-reduce.
-    outcome = world.run(f"{Path(TARGETS).parent}/world_targets.py:log_at_batch_end",
-                        "drop_sync@dist.all_reduce rank=1 step=1", timeout=TIMEOUT,
-                        checks=[NoHang(2.0)])
+    outcome = world.run(
+        f"{Path(TARGETS).parent}/world_targets.py:log_at_batch_end",
+        "drop_sync@dist.all_reduce rank=1 step=1",
+        timeout=TIMEOUT,
+        checks=[NoHang(2.0)],
+    )
     assert outcome.status == "hung"
     assert "dist.all_reduce" in str(only(outcome, "no-hang"))
 
 
 def test_deterministic_catches_unseeded_init(world: World) -> None:
     """Two runs of an unseeded program part at step 0; the seeded twin passes."""
-    outcome = world.run(target("unseeded"), Schedule(), timeout=TIMEOUT,
-                        checks=[Deterministic(runs=2)])
+    outcome = world.run(
+        target("unseeded"), Schedule(), timeout=TIMEOUT, checks=[Deterministic(runs=2)]
+    )
     assert only(outcome, "deterministic").step == 0  # type: ignore[attr-defined]
-    assert not world.run(target("seeded"), Schedule(), timeout=TIMEOUT,
-                         checks=[Deterministic(runs=2)]).violations
+    assert not world.run(
+        target("seeded"), Schedule(), timeout=TIMEOUT, checks=[Deterministic(runs=2)]
+    ).violations
 
 
-ALL_CHECKS = [ReplicasInSync(atol=1e-3), FiniteLoss(), FiniteGrads(), DisjointShards(),
-              ErrorsSurface(), NoHang(10.0)]
+ALL_CHECKS = [
+    ReplicasInSync(atol=1e-3),
+    FiniteLoss(),
+    FiniteGrads(),
+    DisjointShards(),
+    ErrorsSurface(),
+    NoHang(10.0),
+]
 
 
-@settings(max_examples=50, deadline=None, database=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-@given(schedule=schedules(world_size=2, steps=4, mode="survive", max_faults=3,
-                          sites=["lightning.training_step", "lightning.on_train_batch_end",
-                                 "dist.all_reduce", "dist.gradient_allreduce",
-                                 "lightning.backward"]))
+@settings(
+    max_examples=50,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(
+    schedule=schedules(
+        world_size=2,
+        steps=4,
+        mode="survive",
+        max_faults=3,
+        sites=[
+            "lightning.training_step",
+            "lightning.on_train_batch_end",
+            "dist.all_reduce",
+            "dist.gradient_allreduce",
+            "lightning.backward",
+        ],
+    )
+)
 def test_no_false_alarms_on_benign_schedules(world: World, schedule: Schedule) -> None:
     """A correct program passes every check under 50 benign schedules on 2 ranks."""
     outcome = world.run(target("plain"), schedule, timeout=TIMEOUT, checks=ALL_CHECKS)

@@ -42,10 +42,14 @@ def values(outcome: chaoslight._world.Outcome) -> list[object]:
 def test_reorder_at_world_size_3_changes_the_reduced_bits(world3: World) -> None:
     """At world size 3 a reversed all-reduce gives different bits than rank order."""
     plain = values(world3.run(target("reduce_random"), Schedule(), timeout=TIMEOUT))
-    natural = values(world3.run(target("reduce_random"),
-                                "reorder@dist.all_reduce order=0,1,2", timeout=TIMEOUT))
-    reversed_ = values(world3.run(target("reduce_random"),
-                                  "reorder@dist.all_reduce order=reversed", timeout=TIMEOUT))
+    natural = values(
+        world3.run(target("reduce_random"), "reorder@dist.all_reduce order=0,1,2", timeout=TIMEOUT)
+    )
+    reversed_ = values(
+        world3.run(
+            target("reduce_random"), "reorder@dist.all_reduce order=reversed", timeout=TIMEOUT
+        )
+    )
     assert natural[0] == natural[1] == natural[2]
     assert reversed_[0] == reversed_[1] == reversed_[2]
     assert reversed_[0] != natural[0]
@@ -56,31 +60,47 @@ def test_reorder_at_world_size_3_changes_the_reduced_bits(world3: World) -> None
 
 def test_per_rank_order_makes_replicas_bitwise_different(world3: World) -> None:
     """A reorder on one rank only leaves that rank with other bits than the rest."""
-    got = values(world3.run(target("reduce_random"),
-                            "reorder@dist.all_reduce rank=2 order=reversed", timeout=TIMEOUT))
+    got = values(
+        world3.run(
+            target("reduce_random"),
+            "reorder@dist.all_reduce rank=2 order=reversed",
+            timeout=TIMEOUT,
+        )
+    )
     assert got[0] == got[1] != got[2]
 
 
 def test_reorder_at_world_size_2_needs_compressed(world2: World) -> None:
     """At world size 2 a + b is b + a: reversed changes nothing, compressed changes bits."""
     natural = values(world2.run(target("reduce_random"), Schedule(), timeout=TIMEOUT))
-    reversed_ = values(world2.run(target("reduce_random"),
-                                  "reorder@dist.all_reduce order=reversed", timeout=TIMEOUT))
-    compressed = values(world2.run(target("reduce_random"),
-                                   "reorder@dist.all_reduce rank=1 order=compressed",
-                                   timeout=TIMEOUT))
+    reversed_ = values(
+        world2.run(
+            target("reduce_random"), "reorder@dist.all_reduce order=reversed", timeout=TIMEOUT
+        )
+    )
+    compressed = values(
+        world2.run(
+            target("reduce_random"),
+            "reorder@dist.all_reduce rank=1 order=compressed",
+            timeout=TIMEOUT,
+        )
+    )
     assert reversed_[0] == natural[0]
     assert compressed[0] == natural[0] != compressed[1]
 
 
 def test_lightning_sync_dist_log_goes_through_the_reorder(world2: World) -> None:
     """self.log(sync_dist=True) reaches dist.all_reduce: the reorder fires there each step."""
-    outcome = world2.run(target("logged_losses"),
-                         "reorder@dist.all_reduce rank=1 order=compressed times=*",
-                         timeout=TIMEOUT)
+    outcome = world2.run(
+        target("logged_losses"),
+        "reorder@dist.all_reduce rank=1 order=compressed times=*",
+        timeout=TIMEOUT,
+    )
     fired = [e for e in outcome.events if e.kind == "fired"]
     assert outcome.passed, outcome.report()
-    assert fired and {e.rank for e in fired} == {1} and {e.site for e in fired} == {"dist.all_reduce"}
+    assert (
+        fired and {e.rank for e in fired} == {1} and {e.site for e in fired} == {"dist.all_reduce"}
+    )
 
 
 def test_per_rank_gradient_order_makes_parameters_differ(world2: World) -> None:
@@ -113,8 +133,9 @@ def test_straggler_in_the_backward_delays_every_rank(world2: World) -> None:
 def test_oom_on_one_rank_fails_that_rank_and_releases_the_other(world2: World) -> None:
     """An OOM on rank 1 only: rank 1 raises OutOfMemoryError, rank 0 is released, no hang."""
     started = time.monotonic()
-    outcome = world2.run(target("plain"), "oom@lightning.training_step rank=1 step=1",
-                         timeout=TIMEOUT)
+    outcome = world2.run(
+        target("plain"), "oom@lightning.training_step rank=1 step=1", timeout=TIMEOUT
+    )
     assert outcome.status == "failed", outcome.report()
     assert outcome.ranks[1].exception is not None
     assert outcome.ranks[1].exception.type == "OutOfMemoryError"
@@ -125,8 +146,9 @@ def test_oom_on_one_rank_fails_that_rank_and_releases_the_other(world2: World) -
 
 def test_allocation_over_budget_on_one_rank(world2: World) -> None:
     """Under a budget, an Allocate on rank 0 only runs rank 0 out of memory."""
-    schedule = ("budget limit_bytes=1MiB\n"
-                "allocate@lightning.on_train_batch_start rank=0 step=2 nbytes=2MiB")
+    schedule = (
+        "budget limit_bytes=1MiB\nallocate@lightning.on_train_batch_start rank=0 step=2 nbytes=2MiB"
+    )
     outcome = world2.run(target("plain"), schedule, timeout=TIMEOUT)
     assert outcome.ranks[0].exception is not None
     assert outcome.ranks[0].exception.type == "OutOfMemoryError"

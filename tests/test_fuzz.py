@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from chaoslight.strategies import schedules
 
 from chaoslight._checks import ErrorsSurface
 from chaoslight._cli import main
 from chaoslight._search import Campaign
 from chaoslight._search._inprocess import in_process_runner
-from chaoslight.strategies import schedules
 
 ROOT = Path(__file__).resolve().parent.parent
 SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"
@@ -22,8 +22,13 @@ USER_SITES = "lightning.training_step,lightning.forward,lightning.backward,light
 
 
 def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chaoslight._cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=540)
+    return subprocess.run(
+        [sys.executable, "-m", "chaoslight._cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=540,
+    )
 
 
 @pytest.mark.parametrize(
@@ -39,8 +44,10 @@ def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["fuzz", f"{SWALLOWED}:train", "--max-examples", "0"], "max_examples=0"),
         (["fuzz", f"{SWALLOWED}:train", "--timeout", "0"], "timeout=0"),
         (["fuzz", f"{SWALLOWED}:train", "--mode", "chaos"], "invalid choice: 'chaos'"),
-        (["fuzz", f"{SWALLOWED}:train", "--faults", "delay", "--mode", "fail-cleanly"],
-         "has no kind that mode='fail-cleanly'"),
+        (
+            ["fuzz", f"{SWALLOWED}:train", "--faults", "delay", "--mode", "fail-cleanly"],
+            "has no kind that mode='fail-cleanly'",
+        ),
         (["replay", "/no/such.json"], "cannot read"),
         (["replay", "SCHEDULE"], "names no target"),
     ],
@@ -59,31 +66,77 @@ def test_usage_errors_exit_2_with_one_line(
 
 @pytest.mark.slow
 def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
-    """fuzz exits 1 with the one-fault minimal schedule; replay and the emitted test reproduce it."""
-    found = chaoslight("fuzz", f"{SWALLOWED}:train", "--faults", "oom", "--mode", "fail-cleanly",
-                       "--sites", USER_SITES, "--max-examples", "60", "--seed", "3",
-                       "--timeout", "5", "--emit-test", "test_regression.py", cwd=tmp_path)
+    """fuzz exits 1 with the one-fault minimal schedule; replay and the emitted test reproduce."""
+    found = chaoslight(
+        "fuzz",
+        f"{SWALLOWED}:train",
+        "--faults",
+        "oom",
+        "--mode",
+        "fail-cleanly",
+        "--sites",
+        USER_SITES,
+        "--max-examples",
+        "60",
+        "--seed",
+        "3",
+        "--timeout",
+        "5",
+        "--emit-test",
+        "test_regression.py",
+        cwd=tmp_path,
+    )
     assert found.returncode == 1, found.stdout + found.stderr
     lines = found.stdout.splitlines()
-    schedule = lines[lines.index("minimal failing schedule:") + 1:][:1]
+    schedule = lines[lines.index("minimal failing schedule:") + 1 :][:1]
     assert schedule == ["  oom@lightning.forward rank=0 step=0"]
     assert f"replay: chaoslight replay chaoslight-failure.json {SWALLOWED}:train" in found.stdout
     saved = json.loads((tmp_path / "chaoslight-failure.json").read_text())
     assert saved["target"] == f"{SWALLOWED}:train" and saved["world_size"] == 2
     again = chaoslight("replay", "chaoslight-failure.json", cwd=tmp_path)
     assert again.returncode == 1 and "replay: still fails" in again.stdout
-    emitted = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-W", "ignore", "test_regression.py"],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert emitted.returncode == 1, emitted.stdout  # the regression test fails while the bug is there
+    emitted = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore",
+            "test_regression.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert emitted.returncode == 1, (
+        emitted.stdout
+    )  # the regression test fails while the bug is there
 
 
 @pytest.mark.slow
 def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> None:
     """On the fixed twin fuzz runs every example of its budget and exits 0."""
-    clean = chaoslight("fuzz", f"{SWALLOWED}:train_fixed", "--faults", "oom", "--mode",
-                       "fail-cleanly", "--sites", USER_SITES, "--max-examples", "15",
-                       "--seed", "3", "--timeout", "5", cwd=tmp_path)
+    clean = chaoslight(
+        "fuzz",
+        f"{SWALLOWED}:train_fixed",
+        "--faults",
+        "oom",
+        "--mode",
+        "fail-cleanly",
+        "--sites",
+        USER_SITES,
+        "--max-examples",
+        "15",
+        "--seed",
+        "3",
+        "--timeout",
+        "5",
+        cwd=tmp_path,
+    )
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "no failure in 15 examples" in clean.stdout
 
@@ -96,10 +149,16 @@ def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
         import swallowed_oom
     finally:
         sys.path.pop(0)
-    strategy = schedules(world_size=1, steps=4, faults=["oom"], mode="fail-cleanly",
-                         sites=USER_SITES.split(","))
-    result = Campaign(in_process_runner(swallowed_oom.train, "fail-cleanly", [ErrorsSurface()]),
-                      strategy, max_examples=80, seed=5, replays=2).execute()
+    strategy = schedules(
+        world_size=1, steps=4, faults=["oom"], mode="fail-cleanly", sites=USER_SITES.split(",")
+    )
+    result = Campaign(
+        in_process_runner(swallowed_oom.train, "fail-cleanly", [ErrorsSurface()]),
+        strategy,
+        max_examples=80,
+        seed=5,
+        replays=2,
+    ).execute()
     assert result.status == "failed"
     assert result.schedule is not None
     assert result.schedule.to_text() == "oom@lightning.forward rank=0 step=0"
@@ -110,13 +169,27 @@ def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
 @pytest.mark.slow
 def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
     """At world size 2 the bug that needs OOMs on both ranks shrinks to exactly those two."""
-    found = chaoslight("fuzz", f"{TWO_RANKS}:train", "--faults", "oom", "--sites",
-                       "lightning.forward", "--max-examples", "200", "--seed", "1",
-                       "--timeout", "5", cwd=tmp_path)
+    found = chaoslight(
+        "fuzz",
+        f"{TWO_RANKS}:train",
+        "--faults",
+        "oom",
+        "--sites",
+        "lightning.forward",
+        "--max-examples",
+        "200",
+        "--seed",
+        "1",
+        "--timeout",
+        "5",
+        cwd=tmp_path,
+    )
     assert found.returncode == 1, found.stdout + found.stderr
     lines = found.stdout.splitlines()
     start = lines.index("minimal failing schedule:") + 1
-    assert lines[start:start + 2] == ["  oom@lightning.forward rank=0 step=0",
-                                      "  oom@lightning.forward rank=1 step=0"]
+    assert lines[start : start + 2] == [
+        "  oom@lightning.forward rank=0 step=0",
+        "  oom@lightning.forward rank=1 step=0",
+    ]
     examples = int(found.stdout.split("failure after ")[1].split()[0])
     assert examples <= 200

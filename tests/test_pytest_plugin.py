@@ -43,12 +43,14 @@ def test_failing_suite_reports_minimal_schedule_and_writes_it(pytester: pytest.P
     pytester.makepyfile(test_suite=FAILING_SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*chaoslight*",
-        "minimal failing schedule (the last one run):",
-        "  raise@lightning.training_step rank=0 step=0",
-        "schedule written to .chaoslight/failures/test_suite.py_test_code_under_chaos.json",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*chaoslight*",
+            "minimal failing schedule (the last one run):",
+            "  raise@lightning.training_step rank=0 step=0",
+            "schedule written to .chaoslight/failures/test_suite.py_test_code_under_chaos.json",
+        ]
+    )
     saved = Path(pytester.path, ".chaoslight/failures/test_suite.py_test_code_under_chaos.json")
     doc = json.loads(saved.read_text())
     assert doc["schedule"]["faults"][0]["kind"] == "raise"
@@ -66,8 +68,9 @@ def test_passing_suite_has_no_chaoslight_section(pytester: pytest.Pytester) -> N
 def test_options_are_registered(pytester: pytest.Pytester) -> None:
     """The chaos options appear in pytest's help, so the plugin loads from its entry point."""
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["*--chaos-world-size*", "*--chaos-max-examples*",
-                                 "*--chaos-seed*", "*--chaos-timeout*"])
+    result.stdout.fnmatch_lines(
+        ["*--chaos-world-size*", "*--chaos-max-examples*", "*--chaos-seed*", "*--chaos-timeout*"]
+    )
 
 
 WORLD_SUITE = '''
@@ -95,7 +98,9 @@ def test_chaos_world_fixture_reports_replay_command(pytester: pytest.Pytester) -
     pytester.makepyfile(test_world=WORLD_SUITE.format(target=target))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
     result.assert_outcomes(failed=1, passed=1)
-    result.stdout.fnmatch_lines([
-        "*raise@lightning.training_step rank=1 step=1*",
-        "replay: chaoslight replay .chaoslight/failures/test_world.py_test_world_fails.json *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*raise@lightning.training_step rank=1 step=1*",
+            "replay: chaoslight replay .chaoslight/failures/test_world.py_test_world_fails.json *",
+        ]
+    )

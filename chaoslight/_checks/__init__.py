@@ -16,8 +16,15 @@ from chaoslight._errors import InvalidArgument, suggest
 
 CHECKS: dict[str, type[Check]] = {
     cls.name: cls
-    for cls in (ReplicasInSync, NoHang, FiniteLoss, FiniteGrads, DisjointShards, ErrorsSurface,
-                Deterministic)
+    for cls in (
+        ReplicasInSync,
+        NoHang,
+        FiniteLoss,
+        FiniteGrads,
+        DisjointShards,
+        ErrorsSurface,
+        Deterministic,
+    )
 }
 
 __all__ = [
@@ -42,6 +49,7 @@ def check_by_name(name: str, **params: Any) -> Check:
     """Build a check from its stable name (``--check replicas-in-sync``)."""
     cls = CHECKS.get(name)
     if cls is None:
-        raise InvalidArgument(f"--check {name!r} is not a check{suggest(name, CHECKS)}; "
-                              f"known: {', '.join(CHECKS)}")
+        raise InvalidArgument(
+            f"--check {name!r} is not a check{suggest(name, CHECKS)}; known: {', '.join(CHECKS)}"
+        )
     return cls(**params)

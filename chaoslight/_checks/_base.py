@@ -24,6 +24,7 @@ from chaoslight._evidence import OBSERVATION, Evidence, RankView, Violation
 
 __all__ = ["OBSERVATION", "Check", "Evidence", "RankView", "Violation", "observe", "observer_class"]
 
+
 class Check:
     """Base class of the built-in checks; a user check may subclass it."""
 

@@ -21,7 +21,10 @@ class ErrorsSurface(Check):
     """
 
     name = "errors-surface"
-    cause = "an exception caught and swallowed on one rank (e.g. `except OutOfMemoryError: return None`)"
+    cause = (
+        "an exception caught and swallowed on one rank "
+        "(e.g. `except OutOfMemoryError: return None`)"
+    )
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         from chaoslight._textform import fault_from_text
@@ -33,24 +36,47 @@ class ErrorsSurface(Check):
             fault = fault_from_text(event.fault)
             if not isinstance(fault, (OOM, Raise)):
                 continue
-            expected = "OutOfMemoryError" if isinstance(fault, OOM) else fault.exception.split(":")[-1].split(".")[-1]
+            expected = (
+                "OutOfMemoryError"
+                if isinstance(fault, OOM)
+                else fault.exception.split(":")[-1].split(".")[-1]
+            )
             view = evidence.ranks.get(event.rank)
             if view is None:
                 continue
             if view.status == "passed":
-                violations.append(Violation(
-                    self.name, f"the injected {expected} ({event.fault}) was swallowed: fit returned "
-                    "normally on that rank", rank=event.rank, step=event.step, cause=self.cause))
+                violations.append(
+                    Violation(
+                        self.name,
+                        f"the injected {expected} ({event.fault}) was swallowed: fit returned "
+                        "normally on that rank",
+                        rank=event.rank,
+                        step=event.step,
+                        cause=self.cause,
+                    )
+                )
             elif view.status == "failed" and view.exception_type not in (expected, *WRAPPERS):
-                violations.append(Violation(
-                    self.name, f"fit ended with {view.exception_type}, not the injected {expected}",
-                    rank=event.rank, step=event.step, cause=self.cause))
+                violations.append(
+                    Violation(
+                        self.name,
+                        f"fit ended with {view.exception_type}, not the injected {expected}",
+                        rank=event.rank,
+                        step=event.step,
+                        cause=self.cause,
+                    )
+                )
             waiting = [r for r in evidence.ranks.values() if r.status == "hung"]
             for other in waiting:
-                violations.append(Violation(
-                    self.name, f"after the injected {expected} on rank {event.rank}, rank "
-                    f"{other.rank} was left waiting: {other.evidence or 'hung'}",
-                    rank=other.rank, step=event.step, cause=self.cause))
+                violations.append(
+                    Violation(
+                        self.name,
+                        f"after the injected {expected} on rank {event.rank}, rank "
+                        f"{other.rank} was left waiting: {other.evidence or 'hung'}",
+                        rank=other.rank,
+                        step=event.step,
+                        cause=self.cause,
+                    )
+                )
             if violations:
                 return violations
         return violations
@@ -64,7 +90,10 @@ class NoHang(Check):
     """
 
     name = "no-hang"
-    cause = "a collective or barrier that not every rank reaches (a rank-dependent branch, a swallowed error)"
+    cause = (
+        "a collective or barrier that not every rank reaches "
+        "(a rank-dependent branch, a swallowed error)"
+    )
 
     @property
     def sites(self) -> frozenset[str]:
@@ -97,11 +126,22 @@ class NoHang(Check):
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         if self._hang is not None:
-            return [Violation(self.name, f"no progress for {self.timeout:g} s: {self._hang.line()}",
-                              cause=self.cause)]
+            return [
+                Violation(
+                    self.name,
+                    f"no progress for {self.timeout:g} s: {self._hang.line()}",
+                    cause=self.cause,
+                )
+            ]
         hung = [view for view in evidence.ranks.values() if view.status == "hung"]
         if not hung:
             return []
         where = "; ".join(view.evidence or f"rank {view.rank} hung" for view in hung)
-        return [Violation(self.name, f"no progress for {self.timeout:g} s: {where}",
-                          rank=hung[0].rank, cause=self.cause)]
+        return [
+            Violation(
+                self.name,
+                f"no progress for {self.timeout:g} s: {where}",
+                rank=hung[0].rank,
+                cause=self.cause,
+            )
+        ]

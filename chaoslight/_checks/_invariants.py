@@ -61,7 +61,9 @@ class ReplicasInSync(Check):
             names, sums = checksums(module, check.buffers)
             observe(check.name, trainer, {"names": names, "sums": sums})
 
-        return observer_class("ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end})()
+        return observer_class(
+            "ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end}
+        )()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         by_step: dict[int | None, dict[int, dict[str, Any]]] = defaultdict(dict)
@@ -91,7 +93,9 @@ class ReplicasInSync(Check):
                         self.name,
                         f"parameter {name!r} differs between rank {base_rank} and rank {rank} "
                         f"after the optimizer step (largest checksum difference {largest:.3g})",
-                        rank=rank, step=step, cause=self.cause,
+                        rank=rank,
+                        step=step,
+                        cause=self.cause,
                     )
         return None
 
@@ -124,12 +128,22 @@ class FiniteLoss(Check):
         return observer_class("FiniteLossObserver", {"on_train_batch_end": on_train_batch_end})()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        bad = [(e.step if e.step is not None else -1, e.rank, f) for e, f in evidence.observations(self.name)]
+        bad = [
+            (e.step if e.step is not None else -1, e.rank, f)
+            for e, f in evidence.observations(self.name)
+        ]
         if not bad:
             return []
         step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
-        return [Violation(self.name, f"the loss is {facts['value']}", rank=rank,
-                          step=None if step < 0 else step, cause=self.cause)]
+        return [
+            Violation(
+                self.name,
+                f"the loss is {facts['value']}",
+                rank=rank,
+                step=None if step < 0 else step,
+                cause=self.cause,
+            )
+        ]
 
 
 class FiniteGrads(Check):
@@ -154,12 +168,22 @@ class FiniteGrads(Check):
         return observer_class("FiniteGradsObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        bad = [(e.step if e.step is not None else -1, e.rank, f) for e, f in evidence.observations(self.name)]
+        bad = [
+            (e.step if e.step is not None else -1, e.rank, f)
+            for e, f in evidence.observations(self.name)
+        ]
         if not bad:
             return []
         step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
-        return [Violation(self.name, f"the gradient of {facts['parameter']!r} is not finite",
-                          rank=rank, step=None if step < 0 else step, cause=self.cause)]
+        return [
+            Violation(
+                self.name,
+                f"the gradient of {facts['parameter']!r} is not finite",
+                rank=rank,
+                step=None if step < 0 else step,
+                cause=self.cause,
+            )
+        ]
 
 
 def _first_tensor(batch: Any) -> Any:
@@ -167,7 +191,13 @@ def _first_tensor(batch: Any) -> Any:
 
     if isinstance(batch, torch.Tensor):
         return batch
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    items = (
+        batch.values()
+        if isinstance(batch, dict)
+        else batch
+        if isinstance(batch, (list, tuple))
+        else ()
+    )
     for item in items:
         found = _first_tensor(item)
         if found is not None:
@@ -199,12 +229,18 @@ class DisjointShards(Check):
         check = self
 
         def on_train_batch_start(self: Any, trainer: Any, module: Any, batch: Any, *a: Any) -> None:
-            observe(check.name, trainer, {"epoch": trainer.current_epoch, "rows": row_hashes(batch)})
+            observe(
+                check.name, trainer, {"epoch": trainer.current_epoch, "rows": row_hashes(batch)}
+            )
 
-        return observer_class("DisjointShardsObserver", {"on_train_batch_start": on_train_batch_start})()
+        return observer_class(
+            "DisjointShardsObserver", {"on_train_batch_start": on_train_batch_start}
+        )()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        seen: dict[int, dict[int, list[tuple[int | None, str]]]] = defaultdict(lambda: defaultdict(list))
+        seen: dict[int, dict[int, list[tuple[int | None, str]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
         for event, facts in evidence.observations(self.name):
             seen[facts["epoch"]][event.rank] += [(event.step, row) for row in facts["rows"]]
         batches: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -225,9 +261,13 @@ class DisjointShards(Check):
         counts = {rank: batches[rank] for rank in ranks}
         if len(set(counts.values())) > 1:
             low = min(counts, key=counts.__getitem__)
-            return Violation(self.name, f"in epoch {epoch} rank {low} saw {counts[low]} batches, "
-                             f"rank {max(counts, key=counts.__getitem__)} saw {max(counts.values())}",
-                             rank=low, cause=self.cause)
+            return Violation(
+                self.name,
+                f"in epoch {epoch} rank {low} saw {counts[low]} batches, "
+                f"rank {max(counts, key=counts.__getitem__)} saw {max(counts.values())}",
+                rank=low,
+                cause=self.cause,
+            )
         owner: dict[str, tuple[int, int | None]] = {}
         shared: list[tuple[str, int, int, int | None]] = []
         for rank in ranks:
@@ -241,7 +281,8 @@ class DisjointShards(Check):
                 self.name,
                 f"in epoch {epoch} {len(shared)} samples were seen by more than one rank "
                 f"(e.g. sample {row} on rank {first} and rank {second})",
-                rank=second, step=step, cause=self.cause,
+                rank=second,
+                step=step,
+                cause=self.cause,
             )
         return None
-

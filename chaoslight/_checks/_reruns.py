@@ -63,14 +63,27 @@ class Deterministic(Check):
         for key in sorted(set(a) | set(b), key=lambda k: (k[0], -1 if k[1] is None else k[1])):
             rank, step = key
             if key not in a or key not in b:
-                return [Violation(self.name, "the runs took different numbers of steps",
-                                  rank=rank, step=step, cause=self.cause)]
+                return [
+                    Violation(
+                        self.name,
+                        "the runs took different numbers of steps",
+                        rank=rank,
+                        step=step,
+                        cause=self.cause,
+                    )
+                ]
             for name, x, y in zip(a[key]["names"], a[key]["sums"], b[key]["sums"], strict=False):
                 diff = max(abs(p - q) for p, q in zip(x, y, strict=True))
                 if (self.atol == 0.0 and x != y) or diff > self.atol:
-                    return [Violation(self.name, f"the runs part at parameter {name!r} "
-                                      f"(checksum difference {diff:.3g})",
-                                      rank=rank, step=step, cause=self.cause)]
+                    return [
+                        Violation(
+                            self.name,
+                            f"the runs part at parameter {name!r} (checksum difference {diff:.3g})",
+                            rank=rank,
+                            step=step,
+                            cause=self.cause,
+                        )
+                    ]
         return self._metrics(first, second)
 
     def _steps(self, evidence: Evidence) -> dict[tuple[int, int | None], dict[str, Any]]:
@@ -82,7 +95,18 @@ class Deterministic(Check):
         for rank in sorted(final_a):
             for key, value in final_a[rank].items():
                 other = final_b.get(rank, {}).get(key)
-                if other is None or abs(other - value) > self.atol or (self.atol == 0 and other != value):
-                    return [Violation(self.name, f"logged metric {key!r} is {value!r} in the first "
-                                      f"run and {other!r} in another", rank=rank, cause=self.cause)]
+                if (
+                    other is None
+                    or abs(other - value) > self.atol
+                    or (self.atol == 0 and other != value)
+                ):
+                    return [
+                        Violation(
+                            self.name,
+                            f"logged metric {key!r} is {value!r} in the first "
+                            f"run and {other!r} in another",
+                            rank=rank,
+                            cause=self.cause,
+                        )
+                    ]
         return []

@@ -50,19 +50,31 @@ def fuzz_command(args: argparse.Namespace) -> int:
     if mode is None and kinds is None:
         mode = "survive"
     result, failure = fuzz(
-        args.target, world_size=args.world_size, max_examples=args.max_examples, kinds=kinds,
-        sites=_split(args.sites), steps=args.steps, max_faults=args.max_faults, seed=args.seed,
-        timeout=args.timeout, checks=args.check, mode=mode, replays=args.replays,
+        args.target,
+        world_size=args.world_size,
+        max_examples=args.max_examples,
+        kinds=kinds,
+        sites=_split(args.sites),
+        steps=args.steps,
+        max_faults=args.max_faults,
+        seed=args.seed,
+        timeout=args.timeout,
+        checks=args.check,
+        mode=mode,
+        replays=args.replays,
         database=args.database,
     )
     if result.status == CLEAN:
-        console.print(f"chaoslight fuzz: no failure in {result.examples} examples "
-                      f"({result.wall_s:.1f} s)")
+        console.print(
+            f"chaoslight fuzz: no failure in {result.examples} examples ({result.wall_s:.1f} s)"
+        )
         return 0
     assert failure is not None and result.schedule is not None
     failure.save(args.out)
     word = "FLAKY failure (not reproduced by every replay)" if result.status == FLAKY else "failure"
-    console.print(f"chaoslight fuzz: {word} after {result.examples} examples ({result.wall_s:.1f} s)")
+    console.print(
+        f"chaoslight fuzz: {word} after {result.examples} examples ({result.wall_s:.1f} s)"
+    )
     console.print("minimal failing schedule:" if result.status != FLAKY else "schedule:")
     for line in result.schedule.to_text().splitlines():
         console.print(f"  {line}")
@@ -82,15 +94,22 @@ def replay_command_main(args: argparse.Namespace) -> int:
     failure = Failure.load(args.file)
     target = args.target or failure.target
     if not target:
-        raise InvalidArgument(f"{args.file} names no target: give one, e.g. replay FILE train.py:main")
+        raise InvalidArgument(
+            f"{args.file} names no target: give one, e.g. replay FILE train.py:main"
+        )
     verdict, outcome = replay(
-        failure, target=target, world_size=args.world_size, timeout=args.timeout,
+        failure,
+        target=target,
+        world_size=args.world_size,
+        timeout=args.timeout,
         checks=args.check,
     )
     console = Console(highlight=False, soft_wrap=True, markup=False)
     console.print(outcome.report())
     for violation in getattr(outcome, "violations", []):
         console.print(f"check failed: {violation}")
-    console.print(f"replay: {'still fails' if verdict.failed else 'passes'} "
-                  f"({outcome.status}){': ' + verdict.reason if verdict.reason else ''}")
+    console.print(
+        f"replay: {'still fails' if verdict.failed else 'passes'} "
+        f"({outcome.status}){': ' + verdict.reason if verdict.reason else ''}"
+    )
     return 1 if verdict.failed else 0

@@ -24,8 +24,9 @@ class Display:
 
     def __enter__(self) -> Display:
         if self.console.is_terminal:
-            self.live = Live(self._table(None), console=self.console, refresh_per_second=4,
-                             transient=True)
+            self.live = Live(
+                self._table(None), console=self.console, refresh_per_second=4, transient=True
+            )
             self.live.__enter__()
         else:
             self.console.print(f"chaoslight fuzz: {self.title}", markup=False, soft_wrap=True)

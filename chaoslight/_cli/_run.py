@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -53,7 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
         status = _launch(command, schedule, Path(scratch), events_dir, args.timeout)
         events = read_events(events_dir)
     console = Console(stderr=True, highlight=False, markup=False)
-    console.print(render_report(events, reached={}), soft_wrap=True)
+    console.print(render_report(events, reached=Counter()), soft_wrap=True)
     if status == TIMEOUT_STATUS:
         console.print(f"chaoslight: the command ran past --timeout={args.timeout:g} s: killed")
     return status

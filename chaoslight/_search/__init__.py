@@ -28,11 +28,21 @@ def _positive(name: str, value: Any, minimum: float = 1) -> None:
 
 
 def fuzz(
-    target: str, *, world_size: int = 2, max_examples: int = 100,
-    kinds: Sequence[str] | None = None, sites: Sequence[str] | None = None, steps: int = 4,
-    max_faults: int = 3, seed: int | None = None, timeout: float = 20.0,
-    checks: Sequence[str] = (), mode: str | None = "survive", replays: int = 3,
-    database: str | None = None, display: Any = None,
+    target: str,
+    *,
+    world_size: int = 2,
+    max_examples: int = 100,
+    kinds: Sequence[str] | None = None,
+    sites: Sequence[str] | None = None,
+    steps: int = 4,
+    max_faults: int = 3,
+    seed: int | None = None,
+    timeout: float = 20.0,
+    checks: Sequence[str] = (),
+    mode: str | None = "survive",
+    replays: int = 3,
+    database: str | None = None,
+    display: Any = None,
 ) -> tuple[Result, Failure | None]:
     """Search schedules that make ``target`` fail on a World of ``world_size`` ranks."""
     from chaoslight._cli._progress import Display
@@ -42,12 +52,22 @@ def fuzz(
 
     if mode is not None and mode not in MODES:
         raise InvalidArgument(f"mode={mode!r} must be one of {', '.join(MODES)}")
-    for name, value, low in (("world_size", world_size, 1), ("max_examples", max_examples, 1),
-                             ("timeout", timeout, 0.1), ("replays", replays, 0)):
+    for name, value, low in (
+        ("world_size", world_size, 1),
+        ("max_examples", max_examples, 1),
+        ("timeout", timeout, 0.1),
+        ("replays", replays, 0),
+    ):
         _positive(name, value, low)
     parse_target(target)
-    strategy = schedules(world_size=world_size, steps=steps, sites=sites, faults=kinds,
-                         mode=mode, max_faults=max_faults)
+    strategy = schedules(
+        world_size=world_size,
+        steps=steps,
+        sites=sites,
+        faults=kinds,
+        mode=mode,
+        max_faults=max_faults,
+    )
     check_objects = _checks(checks, mode)
     effective_mode = mode or "survive"
     display = display or Display(f"{target} (world size {world_size}, {effective_mode})")
@@ -58,18 +78,30 @@ def fuzz(
             return verdict(outcome, list(outcome.violations), effective_mode), outcome
 
         key = f"{target}|{effective_mode}|{world_size}|{sorted(checks)}"
-        result = Campaign(run, strategy, max_examples, seed, database, key, replays,
-                          on_progress=display.update).execute()
+        result = Campaign(
+            run, strategy, max_examples, seed, database, key, replays, on_progress=display.update
+        ).execute()
     if result.schedule is None or result.verdict is None:
         return result, None
-    failure = Failure(result.schedule, target, world_size, timeout,
-                      tuple(c.name for c in check_objects), effective_mode, result.verdict.reason)
+    failure = Failure(
+        result.schedule,
+        target,
+        world_size,
+        timeout,
+        tuple(c.name for c in check_objects),
+        effective_mode,
+        result.verdict.reason,
+    )
     return result, failure
 
 
 def replay(
-    failure: Failure, *, target: str | None = None, world_size: int | None = None,
-    timeout: float | None = None, checks: Sequence[str] | None = None,
+    failure: Failure,
+    *,
+    target: str | None = None,
+    world_size: int | None = None,
+    timeout: float | None = None,
+    checks: Sequence[str] | None = None,
 ) -> tuple[Verdict, Any]:
     """Run a failure's schedule once more; the verdict says whether it still fails."""
     from chaoslight._world import World
@@ -77,6 +109,10 @@ def replay(
     size = world_size or failure.world_size
     check_objects = _checks(failure.checks if checks is None else checks, failure.mode)
     with World(size=size) as world:
-        outcome = world.run(target or failure.target, failure.schedule,
-                            timeout=timeout or failure.timeout, checks=check_objects)
+        outcome = world.run(
+            target or failure.target,
+            failure.schedule,
+            timeout=timeout or failure.timeout,
+            checks=check_objects,
+        )
     return verdict(outcome, list(outcome.violations), failure.mode), outcome

@@ -93,8 +93,15 @@ class Campaign:
         status = FAILED
         if any(r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays):
             status = FLAKY
-        return Result(status, schedule, verdict, outcome, replays, self.progress.examples,
-                      time.monotonic() - started)
+        return Result(
+            status,
+            schedule,
+            verdict,
+            outcome,
+            replays,
+            self.progress.examples,
+            time.monotonic() - started,
+        )
 
     def _search(self) -> _Found | None:
         @settings(

@@ -56,12 +56,18 @@ class Failure:
         try:
             doc = json.loads(text)
             return cls(
-                Schedule.from_dict(doc["schedule"]), doc.get("target", ""),
-                int(doc.get("world_size", 2)), float(doc.get("timeout", 30.0)),
-                tuple(doc.get("checks", ())), doc.get("mode", "survive"), doc.get("reason", ""),
+                Schedule.from_dict(doc["schedule"]),
+                doc.get("target", ""),
+                int(doc.get("world_size", 2)),
+                float(doc.get("timeout", 30.0)),
+                tuple(doc.get("checks", ())),
+                doc.get("mode", "survive"),
+                doc.get("reason", ""),
             )
         except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidSchedule(f"{str(path)!r} is not a chaoslight failure file: {exc}") from None
+            raise InvalidSchedule(
+                f"{str(path)!r} is not a chaoslight failure file: {exc}"
+            ) from None
 
 
 def replay_command(path: str | Path, failure: Failure) -> str:
@@ -70,8 +76,16 @@ def replay_command(path: str | Path, failure: Failure) -> str:
 
 def emit_test(failure: Failure, path: str | Path) -> None:
     """Write a plain pytest test that replays the minimal schedule against the target."""
-    name = re.sub(r"\W+", "_", Path(failure.target.split(":")[0]).stem + "_" +
-                  failure.target.split(":")[-1]).strip("_").lower() or "target"
+    name = (
+        re.sub(
+            r"\W+",
+            "_",
+            Path(failure.target.split(":")[0]).stem + "_" + failure.target.split(":")[-1],
+        )
+        .strip("_")
+        .lower()
+        or "target"
+    )
     checks = ", ".join(f"check_by_name({c!r})" for c in failure.checks)
     schedule_text = failure.schedule.to_text().replace('"""', '\\"\\"\\"')
     expect = (
@@ -79,9 +93,10 @@ def emit_test(failure: Failure, path: str | Path) -> None:
         if failure.mode == "survive"
         else "assert not outcome.violations, outcome.report()\n"
         "    # the injected error must end the run, promptly and visibly\n"
-        "    assert outcome.status in (\"failed\", \"crashed\"), outcome.report()"
+        '    assert outcome.status in ("failed", "crashed"), outcome.report()'
     )
-    source = f'''"""Regression test emitted by `chaoslight fuzz`: replays a minimal failing schedule.
+    verb = "survive" if failure.mode == "survive" else "fail cleanly under"
+    source = f'''"""Regression test from `chaoslight fuzz`: replays a minimal failing schedule.
 
 Found failure: {failure.reason[:300]}
 """
@@ -97,9 +112,11 @@ SCHEDULE = chaoslight.Schedule.parse(
 
 
 def test_{name}_under_minimal_schedule():
-    """{failure.target} must {"survive" if failure.mode == "survive" else "fail cleanly under"} this schedule."""
+    """{failure.target} must {verb} this schedule."""
     with chaoslight.World(size={failure.world_size}) as world:
-        outcome = world.run({failure.target!r}, SCHEDULE, timeout={failure.timeout!r}, checks=[{checks}])
+        outcome = world.run(
+            {failure.target!r}, SCHEDULE, timeout={failure.timeout!r}, checks=[{checks}]
+        )
     {expect}
 '''
     Path(path).parent.mkdir(parents=True, exist_ok=True)

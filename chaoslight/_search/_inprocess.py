@@ -14,7 +14,9 @@ from chaoslight._search._property import Verdict, verdict
 from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 
 
-def run_in_process(function: Callable[[], Any], schedule: Schedule, checks: Sequence[Any] = ()) -> Outcome:
+def run_in_process(
+    function: Callable[[], Any], schedule: Schedule, checks: Sequence[Any] = ()
+) -> Outcome:
     """Call ``function`` under ``schedule`` in this process; the result as a 1-rank Outcome."""
     started = time.monotonic()
     injection = inject(schedule, checks=checks)
@@ -33,8 +35,16 @@ def run_in_process(function: Callable[[], Any], schedule: Schedule, checks: Sequ
         info = ExceptionInfo(type(exception).__name__, str(exception), traceback.format_exc())
         result = RankResult(0, "failed", info, evidence=f"rank 0 raised: {info}")
     status = "failed" if run.violations or exception is not None else "passed"
-    return Outcome(status, (result,), list(run.events), time.monotonic() - started, schedule,
-                   getattr(function, "__name__", "function"), 0.0, tuple(run.violations))
+    return Outcome(
+        status,
+        (result,),
+        list(run.events),
+        time.monotonic() - started,
+        schedule,
+        getattr(function, "__name__", "function"),
+        0.0,
+        tuple(run.violations),
+    )
 
 
 def in_process_runner(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslight._evidence import Violation
 from chaoslight._events import FIRED
+from chaoslight._evidence import Violation
 
 SURVIVE, FAIL_CLEANLY = "survive", "fail-cleanly"
 MODES = (SURVIVE, FAIL_CLEANLY)
@@ -36,7 +36,9 @@ def verdict(outcome: Any, violations: list[Violation], mode: str) -> Verdict:
     """
     fired = tuple(sorted((e.rank, e.fault) for e in outcome.events if e.kind == FIRED))
     if violations:
-        return Verdict(True, "; ".join(str(v) for v in violations), outcome.status, violations, fired)
+        return Verdict(
+            True, "; ".join(str(v) for v in violations), outcome.status, violations, fired
+        )
     if mode == SURVIVE:
         ok = outcome.status == "passed"
         return Verdict(not ok, "" if ok else outcome.summary(), outcome.status, [], fired)

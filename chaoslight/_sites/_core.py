@@ -100,7 +100,7 @@ class PatchPoint:
 
 def _all_subclasses(cls: type) -> list[type]:
     found: list[type] = []
-    stack = list(cls.__subclasses__())
+    stack: list[type] = list(cls.__subclasses__())
     while stack:
         sub = stack.pop()
         found.append(sub)

@@ -46,7 +46,8 @@ def _batch_step(trainer: Any, fetcher: Any, step: int | None) -> int | None:
         return step
     try:
         progress = loop.epoch_loop.batch_progress
-        return int(progress.total.ready - progress.current.ready + fetcher.fetched)
+        fetched: int = fetcher.fetched  # type: ignore[union-attr]
+        return int(progress.total.ready - progress.current.ready + fetched)
     except AttributeError:
         return step
 
@@ -80,7 +81,9 @@ def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> W
     return wrapper
 
 
-def _trainer_tracker(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _trainer_tracker(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """Around fit/validate/test/predict: tell the runtime which trainer is running."""
     dispatcher = STATE.dispatcher
     if dispatcher is not None and args:
@@ -91,7 +94,9 @@ def _trainer_tracker(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs
 _forward_site = site_wrapper("lightning.forward", RESULT_BEHAVIOUR)
 
 
-def _forward_wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _forward_wrapper(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """``self(x)`` on a LightningModule, but not Lightning's forward redirection.
 
     Under DDP the strategy runs ``training_step`` by calling the DDP wrapper, which calls

@@ -43,7 +43,9 @@ def _skip_collective(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return DroppedWork() if kwargs.get("async_op") else None
 
 
-def _poison_collective(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], value: float) -> Any:
+def _poison_collective(
+    result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], value: float
+) -> Any:
     # Collectives write into their first argument (a tensor, or the output list).
     target = args[0] if args else kwargs.get("tensor", kwargs.get("output"))
     poison_in_place(target, value)
@@ -71,7 +73,7 @@ def _half_write(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     if isinstance(target, (str, os.PathLike)):
         with open(target, "wb") as handle:
             handle.write(data)
-    elif hasattr(target, "write"):
+    elif target is not None and hasattr(target, "write"):
         target.write(data)
         if hasattr(target, "flush"):
             target.flush()
@@ -112,11 +114,17 @@ def _collective_points() -> tuple[PatchPoint, ...]:
         site = f"dist.{name}"
         behaviour = _collective_behaviour(name)
         wrapper = (
-            _synced_site_wrapper(site, behaviour) if name == "barrier" else site_wrapper(site, behaviour)
+            _synced_site_wrapper(site, behaviour)
+            if name == "barrier"
+            else site_wrapper(site, behaviour)
         )
         points.append(
             PatchPoint(
-                f"torch:{site}", DIST_OWNERS, name, wrapper, sites=frozenset({site}),
+                f"torch:{site}",
+                DIST_OWNERS,
+                name,
+                wrapper,
+                sites=frozenset({site}),
                 sync_point=name == "barrier",
             )
         )
@@ -145,7 +153,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         ("torch",),
         "load",
         site_wrapper(
-            "torch.load", Behaviour(poison=lambda result, args, kwargs, value: poison(result, value))
+            "torch.load",
+            Behaviour(poison=lambda result, args, kwargs, value: poison(result, value)),
         ),
         sites=frozenset({"torch.load"}),
     ),

@@ -106,8 +106,9 @@ class Example:
         """Every rank's result (settled: see ``_outcome.settle``) and the merged events."""
         events = merge(e for slot in self.slots for e in read_events(self.events_path(slot.rank)))
         results = [
-            rank_result(slot, self.watches[slot.rank],
-                        slot.output_since(self.offsets[slot.rank]), events)
+            rank_result(
+                slot, self.watches[slot.rank], slot.output_since(self.offsets[slot.rank]), events
+            )
             for slot in self.slots
         ]
         return settle(results), events
@@ -120,8 +121,10 @@ class Example:
         for rank, watch in self.watches.items():
             limit = self.timeout + SILENCE_S  # the watchdog thread beats every second
             if watch.pending and watch.hang is None and now - watch.heard > limit:
-                watch.hang = {"line": f"rank {rank} stopped answering "
-                                      f"({now - watch.heard:.1f} s without a message)"}
+                watch.hang = {
+                    "line": f"rank {rank} stopped answering "
+                    f"({now - watch.heard:.1f} s without a message)"
+                }
                 self._hung(now)
 
     def _wake_at(self, now: float) -> float:
@@ -178,27 +181,44 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
         msg = watch.result
         error = msg.get("exception")
         return RankResult(
-            slot.rank, HUNG if msg.get("hung") else msg["status"],
-            ExceptionInfo.from_dict(error) if error else None, unpickle(msg.get("value")),
-            msg.get("value_repr"), evidence=line, stacks=stacks, output=output, pid=slot.pid,
+            slot.rank,
+            HUNG if msg.get("hung") else msg["status"],
+            ExceptionInfo.from_dict(error) if error else None,
+            unpickle(msg.get("value")),
+            msg.get("value_repr"),
+            evidence=line,
+            stacks=stacks,
+            output=output,
+            pid=slot.pid,
         )
     if watch.killed:
         line = line or f"rank {slot.rank} did not come back after the hang"
-        return RankResult(slot.rank, HUNG, evidence=line + "; killed", stacks=stacks,
-                          output=output, pid=slot.pid)
+        return RankResult(
+            slot.rank, HUNG, evidence=line + "; killed", stacks=stacks, output=output, pid=slot.pid
+        )
     code = slot.reap()
     signum = -code if code is not None and code < 0 else None
     return RankResult(
-        slot.rank, CRASHED, signal=signum, exitcode=code if signum is None else None,
-        evidence=crash_line(slot.rank, code, output, events), output=output, pid=slot.pid,
+        slot.rank,
+        CRASHED,
+        signal=signum,
+        exitcode=code if signum is None else None,
+        evidence=crash_line(slot.rank, code, output, events),
+        output=output,
+        pid=slot.pid,
     )
 
 
 def crash_line(rank: int, code: int | None, output: str, events: list[Event]) -> str:
     """``rank 1 crashed: killed by SIGKILL after crash@... fired at step 1``, plus any
     fatal message the process printed (gloo's ``what():``, Python's fatal error)."""
-    how = ("died" if code is None else f"killed by {signal_name(-code)}" if code < 0
-           else f"exited with code {code}")
+    how = (
+        "died"
+        if code is None
+        else f"killed by {signal_name(-code)}"
+        if code < 0
+        else f"exited with code {code}"
+    )
     text = f"rank {rank} crashed: {how}"
     fired = [e for e in events if e.rank == rank and e.kind == FIRED]
     if fired:

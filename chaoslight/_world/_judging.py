@@ -16,7 +16,10 @@ def evidence_of(outcome: Outcome) -> Evidence:
     for result in outcome.ranks:
         exc = result.exception
         views[result.rank] = RankView(
-            result.rank, result.status, exc.type if exc else "", exc.message if exc else "",
+            result.rank,
+            result.status,
+            exc.type if exc else "",
+            exc.message if exc else "",
             result.evidence,
         )
     return Evidence(outcome.events, views, outcome.schedule)

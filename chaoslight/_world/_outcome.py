@@ -35,13 +35,23 @@ class ExceptionInfo:
         return f"{self.type}: {self.message}" if self.message else self.type
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "message": self.message, "traceback": self.traceback,
-                "distributed": self.distributed, "module": self.module}
+        return {
+            "type": self.type,
+            "message": self.message,
+            "traceback": self.traceback,
+            "distributed": self.distributed,
+            "module": self.module,
+        }
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> ExceptionInfo:
-        return cls(doc["type"], doc["message"], doc.get("traceback", ""),
-                   bool(doc.get("distributed")), doc.get("module", "builtins"))
+        return cls(
+            doc["type"],
+            doc["message"],
+            doc.get("traceback", ""),
+            bool(doc.get("distributed")),
+            doc.get("module", "builtins"),
+        )
 
 
 @dataclass(frozen=True)
@@ -120,8 +130,11 @@ def describe(result: RankResult) -> str:
     if result.status == PASSED:
         return f"rank {result.rank} returned {result.value_repr or 'None'}"[:200]
     if result.status == CRASHED:
-        how = (f"killed by {signal_name(result.signal)}" if result.signal
-               else f"exited with code {result.exitcode}")
+        how = (
+            f"killed by {signal_name(result.signal)}"
+            if result.signal
+            else f"exited with code {result.exitcode}"
+        )
         return f"rank {result.rank} crashed: {how}"
     verb = "was released" if result.status == RELEASED else "raised"
     return f"rank {result.rank} {verb}: {_one_line(str(result.exception))}"
@@ -134,12 +147,20 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 def settle(results: list[RankResult]) -> tuple[RankResult, ...]:
     """Mark consequential distributed errors ``released``; fill in missing evidence."""
-    causes = [r for r in results if r.status in (HUNG, CRASHED) or (
-        r.status == FAILED and r.exception is not None and not r.exception.distributed)]
+    causes = [
+        r
+        for r in results
+        if r.status in (HUNG, CRASHED)
+        or (r.status == FAILED and r.exception is not None and not r.exception.distributed)
+    ]
     settled = []
     for result in results:
-        if (result.status == FAILED and result.exception is not None
-                and result.exception.distributed and any(c.rank != result.rank for c in causes)):
+        if (
+            result.status == FAILED
+            and result.exception is not None
+            and result.exception.distributed
+            and any(c.rank != result.rank for c in causes)
+        ):
             result = replace(result, status=RELEASED)
         if not result.evidence:
             result = replace(result, evidence=describe(result))

@@ -95,8 +95,9 @@ class World:
         self._spares: list[Slot] = []  # started and imported, waiting to replace a rank
         self._every: list[Slot] = []  # every worker not yet closed: what shutdown kills
         self._selector = selectors.DefaultSelector()
-        self._finalizer = weakref.finalize(self, _shutdown, self._every, self._selector,
-                                           str(self._root))
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._every, self._selector, str(self._root)
+        )
         self._gen = 0
         self._group_ok = False
         self._count = 0
@@ -284,8 +285,14 @@ class World:
         if first["op"] == "inited":
             raise ChaosError(f"World could not create its process group: {first.get('error')}")
         for slot in slots[1:]:
-            slot.send(op="init", rank=slot.rank, size=self.size, gen=gen, port=first["port"],
-                      timeout=timeout)
+            slot.send(
+                op="init",
+                rank=slot.rank,
+                size=self.size,
+                gen=gen,
+                port=first["port"],
+                timeout=timeout,
+            )
         for reply in self._replies(slots, ("inited",), deadline, gen=gen).values():
             if not reply["ok"]:
                 raise ChaosError(f"World could not create its process group: {reply['error']}")
@@ -339,9 +346,16 @@ class World:
         example = Example(self._count, slots, timeout, folder, self._pump)
         text = plan.to_json(indent=None)
         for slot in slots:
-            slot.send(op="run", id=example.ident, target=spec.to_dict(), schedule=text,
-                      timeout=timeout, workdir=str(folder / "work"),
-                      events=str(example.events_path(slot.rank)), checks=checks)
+            slot.send(
+                op="run",
+                id=example.ident,
+                target=spec.to_dict(),
+                schedule=text,
+                timeout=timeout,
+                workdir=str(folder / "work"),
+                events=str(example.events_path(slot.rank)),
+                checks=checks,
+            )
         example.collect()
         ranks, events = example.results()
         self._recover(slots, example.watches)
@@ -369,8 +383,10 @@ def _shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) ->
 
 
 def _check_timeout(value: Any, name: str = "timeout") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and value > 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and value > 0)
     ):
         raise InvalidArgument(f"{name}={value!r} must be a positive number of seconds")
     return float(value)
@@ -392,5 +408,3 @@ def _startup_failure(slot: Slot) -> ChaosError:
         f"World worker for rank {slot.rank} exited while starting (status {code}); "
         f"its output ends:\n{tail}"
     )
-
-

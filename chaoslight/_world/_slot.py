@@ -10,10 +10,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-LAUNCHER_VARIABLES = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-})
+LAUNCHER_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "ROLE_NAME",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
 LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "OMPI_", "TORCHELASTIC_", "CHAOSLIGHT_")
 
 
@@ -25,8 +37,11 @@ def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> 
     """
     from chaoslight._world._worker import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_PREFIXES)
+    }
     if env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
         del env["TORCH_DISTRIBUTED_DEBUG"]  # segfaults DDP construction on CPU (torch 2.13)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -52,8 +67,12 @@ class Slot:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     [python, "-m", "chaoslight._world._worker", *map(str, child)],
-                    pass_fds=child, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    pass_fds=child,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
                 )
         except BaseException:
             for fd in (fd for pair in pipes for fd in pair):
@@ -79,7 +98,7 @@ class Slot:
         fd = self.ctl if msg.get("op") == "dump" else self.cmd
         try:
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         except OSError:
             return False
         return True

@@ -32,8 +32,12 @@ class Target:
     module: str | None = None
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"text": self.text, "function": self.function, "path": self.path,
-                "module": self.module}
+        return {
+            "text": self.text,
+            "function": self.function,
+            "path": self.path,
+            "module": self.module,
+        }
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Target:

@@ -37,8 +37,16 @@ from typing import Any
 from chaoslight._context import current_rank
 from chaoslight._errors import ChaosError, InvalidArgument
 
-LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities",
-             "torchmetrics", "chaoslight", "wrapt")
+LIBRARIES = (
+    "torch",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "lightning_utilities",
+    "torchmetrics",
+    "chaoslight",
+    "wrapt",
+)
 INTERRUPT_SIGNAL = signal.SIGUSR2
 MAX_CODE = 90
 
@@ -83,15 +91,30 @@ class Position:
         return f"rank {self.rank} {self.where()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "idle_s": self.idle_s, "sites": [list(s) for s in self.sites],
-                "function": self.function, "filename": self.filename, "lineno": self.lineno,
-                "code": self.code, "inner": self.inner}
+        return {
+            "rank": self.rank,
+            "idle_s": self.idle_s,
+            "sites": [list(s) for s in self.sites],
+            "function": self.function,
+            "filename": self.filename,
+            "lineno": self.lineno,
+            "code": self.code,
+            "inner": self.inner,
+        }
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Position:
         sites = tuple((str(s), int(c), st) for s, c, st in doc.get("sites", ()))
-        return cls(doc["rank"], doc["idle_s"], sites, doc.get("function"), doc.get("filename"),
-                   doc.get("lineno"), doc.get("code"), doc.get("inner"))
+        return cls(
+            doc["rank"],
+            doc["idle_s"],
+            sites,
+            doc.get("function"),
+            doc.get("filename"),
+            doc.get("lineno"),
+            doc.get("code"),
+            doc.get("inner"),
+        )
 
 
 @dataclass(frozen=True)
@@ -156,7 +179,8 @@ def snapshot(thread_id: int | None = None, since: float | None = None) -> Positi
 
     engine = _engine()
     sites: tuple[tuple[str, int, int | None], ...] = (
-        tuple(engine.in_progress) if engine is not None else ())
+        tuple(engine.in_progress) if engine is not None else ()
+    )
     last = engine.last_activity if engine is not None else time.monotonic()
     idle = time.monotonic() - max(last, since or last)
     ident = thread_id if thread_id is not None else threading.main_thread().ident
@@ -164,15 +188,18 @@ def snapshot(thread_id: int | None = None, since: float | None = None) -> Positi
     frame = user_frame(innermost)
     inner = None
     if innermost is not None and innermost is not frame:
-        inner = f"{innermost.f_code.co_name}, {Path(innermost.f_code.co_filename).name}:" \
-                f"{innermost.f_lineno}"
+        inner = (
+            f"{innermost.f_code.co_name}, {Path(innermost.f_code.co_filename).name}:"
+            f"{innermost.f_lineno}"
+        )
     if frame is None:
         return Position(current_rank(), idle, sites, inner=inner)
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     code = linecache.getline(filename, lineno).strip()
     code = code if len(code) <= MAX_CODE else code[: MAX_CODE - 1] + "…"
-    return Position(current_rank(), idle, sites, frame.f_code.co_name,
-                    filename, lineno, code or None, inner)
+    return Position(
+        current_rank(), idle, sites, frame.f_code.co_name, filename, lineno, code or None, inner
+    )
 
 
 def dump_stacks(path: str | os.PathLike[str] | None = None) -> str:
@@ -199,9 +226,7 @@ _INTERRUPTS = _Interrupts()
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     dog, _INTERRUPTS.pending = _INTERRUPTS.pending, None
     if dog is not None and not dog.stopped and dog.report is not None:
-        raise HangDetected(
-            f"no chaoslight site reached for {dog.timeout:g} s: {dog.report.line()}"
-        )
+        raise HangDetected(f"no chaoslight site reached for {dog.timeout:g} s: {dog.report.line()}")
     if callable(_INTERRUPTS.previous):
         _INTERRUPTS.previous(signum, frame)
 
@@ -257,8 +282,10 @@ class Watchdog:
         self._main = threading.main_thread().ident
 
     def _set_timeout(self, timeout: float) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
-            math.isfinite(timeout) and timeout > 0
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not (math.isfinite(timeout) and timeout > 0)
         ):
             raise InvalidArgument(f"timeout={timeout!r} must be a positive number of seconds")
         self.timeout = float(timeout)
@@ -270,8 +297,9 @@ class Watchdog:
         """Arm it and start its thread (once)."""
         self.arm()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="chaoslight-watchdog",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="chaoslight-watchdog", daemon=True
+            )
             self._thread.start()
         return self
 

@@ -47,13 +47,26 @@ INTERRUPT_AFTER_S = 1.5  # a hang gloo has not released by then is interrupted b
 STORE_TIMEOUT_S = 60.0
 BEAT_S = 1.0
 MAX_VALUE_BYTES = 16 * 2**20
-GLOO_MARKERS = ("gloo", "Connection closed by peer", "Connection reset by peer",
-                "pair closure", "Timed out waiting")
-STEPS = ("training_step", "validation_step", "test_step", "predict_step", "backward",
-         "optimizer_step")
-BATCH_HOOKS = tuple(f"on_{stage}_batch_{edge}"
-                    for stage in ("train", "validation", "test", "predict")
-                    for edge in ("start", "end"))
+GLOO_MARKERS = (
+    "gloo",
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "pair closure",
+    "Timed out waiting",
+)
+STEPS = (
+    "training_step",
+    "validation_step",
+    "test_step",
+    "predict_step",
+    "backward",
+    "optimizer_step",
+)
+BATCH_HOOKS = tuple(
+    f"on_{stage}_batch_{edge}"
+    for stage in ("train", "validation", "test", "predict")
+    for edge in ("start", "end")
+)
 # Every collective, plus the steps and batch hooks, so the watchdog sees progress. DDP's
 # gradient all-reduce is left out unless the schedule names it: observing it registers a
 # Python comm hook, which changes DDP's averaging arithmetic at odd world sizes.
@@ -79,7 +92,7 @@ class Channel:
         with self.lock:
             try:
                 while data:
-                    data = data[os.write(self.out, data):]
+                    data = data[os.write(self.out, data) :]
             except OSError:
                 orphaned()
 
@@ -217,8 +230,13 @@ class Worker:
         self.baseline = Baseline()
         self.targets: dict[Target, Callable[[], Any]] = {}
         # One watchdog thread for the worker's life, armed for each example.
-        self.dog = Watchdog(STORE_TIMEOUT_S, self.on_hang, interrupt_after=INTERRUPT_AFTER_S,
-                            on_tick=self.beat, tick_every=BEAT_S)
+        self.dog = Watchdog(
+            STORE_TIMEOUT_S,
+            self.on_hang,
+            interrupt_after=INTERRUPT_AFTER_S,
+            on_tick=self.beat,
+            tick_every=BEAT_S,
+        )
         channel.on_dump = self.dump
 
     def serve(self) -> None:
@@ -236,8 +254,13 @@ class Worker:
         self.release()
         rank, size, gen = msg["rank"], msg["size"], msg["gen"]
         self.rank = rank
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(size),
-                          LOCAL_WORLD_SIZE=str(size), MASTER_ADDR=ADDRESS)
+        os.environ.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(size),
+            LOCAL_WORLD_SIZE=str(size),
+            MASTER_ADDR=ADDRESS,
+        )
         try:
             wait = timedelta(seconds=STORE_TIMEOUT_S)
             if rank == 0:
@@ -247,8 +270,13 @@ class Worker:
                 store = dist.TCPStore(ADDRESS, msg["port"], size, False, timeout=wait)
             os.environ["MASTER_PORT"] = str(store.port)
             self.timeout = float(msg["timeout"])
-            dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
-                                    timeout=timedelta(seconds=self.timeout + PG_MARGIN_S))
+            dist.init_process_group(
+                "gloo",
+                store=store,
+                rank=rank,
+                world_size=size,
+                timeout=timedelta(seconds=self.timeout + PG_MARGIN_S),
+            )
             self.store, self.group = store, dist.group.WORLD
         except Exception as exc:
             self.channel.send(op="inited", gen=gen, ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -311,9 +339,11 @@ class Worker:
             self.baseline.restore(environ)
         self.current = None
         reply["group"] = self.settle(clean=reply["status"] == "passed" and self.hang is None)
-        self.channel.send(op="result", id=msg["id"], rank=self.rank, hung=self.hang is not None,
-                          **reply)
+        self.channel.send(
+            op="result", id=msg["id"], rank=self.rank, hung=self.hang is not None, **reply
+        )
         gc.collect()  # after replying: this example's DDP reducer goes while its group lives
+        gc.freeze()  # what survives an example is long-lived: later collections skip it
 
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Run the target once under the schedule and the watchdog; never raises."""
@@ -322,9 +352,16 @@ class Worker:
             schedule = Schedule.from_json(msg["schedule"])
             checks = unpickle_checks(msg.get("checks"))
             observed = OBSERVED.union(*(getattr(c, "sites", ()) for c in checks))
-            with inject(schedule, events_file=msg["events"], observe=observed, checks=checks,
-                        judge=False), \
-                    self.dog.watching(float(msg["timeout"])):
+            with (
+                inject(
+                    schedule,
+                    events_file=msg["events"],
+                    observe=observed,
+                    checks=checks,
+                    judge=False,
+                ),
+                self.dog.watching(float(msg["timeout"])),
+            ):
                 value = target()
         except BaseException as exc:
             return {"status": "failed", "exception": exception_info(exc).to_dict()}
@@ -332,8 +369,9 @@ class Worker:
 
     def on_hang(self, report: HangReport) -> None:
         self.hang = report
-        self.channel.send(op="hang", id=self.current, rank=self.rank, line=report.line(),
-                          stacks=report.stacks)
+        self.channel.send(
+            op="hang", id=self.current, rank=self.rank, line=report.line(), stacks=report.stacks
+        )
 
     def beat(self) -> None:
         self.channel.send(op="beat", id=self.current)
@@ -343,8 +381,9 @@ class Worker:
         if self.current != msg.get("id"):
             return
         position = snapshot()
-        self.channel.send(op="snapshot", id=msg["id"], rank=self.rank, line=position.line(),
-                          stacks=dump_stacks())
+        self.channel.send(
+            op="snapshot", id=msg["id"], rank=self.rank, line=position.line(), stacks=dump_stacks()
+        )
 
 
 def unpickle_checks(blob: str | None) -> list[Any]:

@@ -45,7 +45,9 @@ class Model(pl.LightningModule):
         except torch.OutOfMemoryError:
             if not self.swallow:
                 raise
-            return sum(p.sum() for p in self.parameters()) * 0.0  # the bug: hide it, keep DDP in step
+            return (
+                sum(p.sum() for p in self.parameters()) * 0.0
+            )  # the bug: hide it, keep DDP in step
         return torch.nn.functional.mse_loss(prediction, y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -56,11 +58,18 @@ def _fit(swallow: bool) -> None:
     pl.seed_everything(0, verbose=False)
     devices = int(os.environ.get("WORLD_SIZE", "1"))
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(64, 4, generator=generator), torch.randn(64, 1, generator=generator))
+    data = TensorDataset(
+        torch.randn(64, 4, generator=generator), torch.randn(64, 1, generator=generator)
+    )
     trainer = pl.Trainer(
-        accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
-        max_steps=MAX_STEPS, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        max_steps=MAX_STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(Model(swallow), DataLoader(data, batch_size=4))
 
