@@ -45,15 +45,22 @@ def free_port() -> int:
 
 def rank_main(rank: int, port: int) -> None:
     """One rank of a plain DDP job: for each line ``N`` on stdin, fit N times back to back."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(SIZE),
-                      LOCAL_WORLD_SIZE=str(SIZE), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(SIZE),
+        LOCAL_WORLD_SIZE=str(SIZE),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     import torch.distributed as dist
 
     sys.path.insert(0, str(ROOT / "examples"))
     from ddp_train import train
 
-    dist.init_process_group("gloo", rank=rank, world_size=SIZE,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=SIZE, timeout=datetime.timedelta(seconds=60)
+    )
     out, sys.stdout = sys.stdout, open(os.devnull, "w")  # noqa: SIM115 - Lightning's chatter
     for line in sys.stdin:
         times = []
@@ -72,9 +79,14 @@ class PlainJob:
         port = free_port()
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         self.procs = [
-            subprocess.Popen([sys.executable, __file__, "--rank", str(rank), "--port", str(port)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env=env)
+            subprocess.Popen(
+                [sys.executable, __file__, "--rank", str(rank), "--port", str(port)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
             for rank in range(SIZE)
         ]
 
@@ -152,15 +164,18 @@ def report(fresh: list[float], plain: list[float], world: list[float]) -> None:
     print(f"target {TARGET}: {SIZE} ranks, gloo on CPU, {os.cpu_count()} cores")
     for name, times in rows.items():
         mean, median = statistics.mean(times), statistics.median(times)
-        print(f"  {name:<6} {mean * 1000:8.1f} ms/example mean {median * 1000:8.1f} median "
-              f"= {60 / mean:7.1f} examples/min (n={len(times)})")
+        print(
+            f"  {name:<6} {mean * 1000:8.1f} ms/example mean {median * 1000:8.1f} median "
+            f"= {60 / mean:7.1f} examples/min (n={len(times)})"
+        )
     ratio = statistics.mean(fresh) / statistics.mean(world)
-    print(f"World vs fresh processes per example: {ratio:.0f}x the examples/minute "
-          "(target >= 50x)")
+    print(f"World vs fresh processes per example: {ratio:.0f}x the examples/minute (target >= 50x)")
     for label, pick in (("mean", statistics.mean), ("median", statistics.median)):
         overhead = pick(world) / pick(plain) - 1
-        print(f"World overhead over plain back-to-back fits ({label}): {overhead:+.1%} "
-              "(target <= 20 %)")
+        print(
+            f"World overhead over plain back-to-back fits ({label}): {overhead:+.1%} "
+            "(target <= 20 %)"
+        )
 
 
 if __name__ == "__main__":
