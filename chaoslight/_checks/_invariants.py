@@ -19,26 +19,44 @@ def _quietly() -> Any:
     return engine.internal() if engine is not None else contextlib.nullcontext()
 
 
+_WEIGHTS: dict[tuple[int, str], Any] = {}
+
+
+def _weights(numel: int, device: Any) -> Any:
+    """1, 2, ..., numel in float64 on ``device``, made once per size and device."""
+    import torch
+
+    key = (numel, str(device))
+    if key not in _WEIGHTS:
+        if len(_WEIGHTS) > 256:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = torch.arange(1, numel + 1, dtype=torch.float64, device=device)
+    return _WEIGHTS[key]
+
+
 def checksums(module: Any, buffers: bool = False) -> tuple[list[str], list[list[float]]]:
     """Per tensor: its float64 sum and a position-weighted sum. Two numbers cross, not weights.
 
     A one-ulp change of one float32 element moves the float64 sums (float64 keeps 29 more
-    bits); the weighted sum catches changes that cancel in the plain sum.
+    bits); the weighted sum catches changes that cancel in the plain sum. All the sums
+    leave the device in one transfer.
     """
     import torch
 
-    names, sums = [], []
     items = list(module.named_parameters())
     if buffers:
         items += list(module.named_buffers())
+    if not items:
+        return [], []
     with torch.no_grad(), _quietly():
-        for name, tensor in items:
+        pairs = []
+        for _, tensor in items:
             flat = tensor.detach().reshape(-1).double()
-            weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device)
-            pair = torch.stack([flat.sum(), (flat * weights).sum()]).cpu().tolist()
-            names.append(name)
-            sums.append(pair)
-    return names, sums
+            pairs.append(
+                torch.stack([flat.sum(), torch.dot(flat, _weights(flat.numel(), flat.device))])
+            )
+        values = torch.stack(pairs).cpu().tolist()
+    return [name for name, _ in items], values
 
 
 class ReplicasInSync(Check):
@@ -58,8 +76,13 @@ class ReplicasInSync(Check):
         check = self
 
         def on_train_batch_end(self: Any, trainer: Any, module: Any, *args: Any) -> None:
+            if trainer.world_size < 2:
+                return  # one replica: nothing to compare, nothing to pay
             names, sums = checksums(module, check.buffers)
-            observe(check.name, trainer, {"names": names, "sums": sums})
+            sizes = [t.numel() for _, t in module.named_parameters()]
+            if check.buffers:
+                sizes += [t.numel() for _, t in module.named_buffers()]
+            observe(check.name, trainer, {"names": names, "sums": sums, "sizes": sizes})
 
         return observer_class(
             "ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end}
@@ -83,21 +106,30 @@ class ReplicasInSync(Check):
         base = ranks[base_rank]
         for rank in sorted(ranks):
             other = ranks[rank]
-            for name, mine, theirs in zip(base["names"], base["sums"], other["sums"], strict=False):
-                diff = max(abs(a - b) for a, b in zip(mine, theirs, strict=True))
-                if (self.atol == 0.0 and mine != theirs) or diff > self.atol:
-                    largest = max(
-                        abs(a[0] - b[0]) for a, b in zip(base["sums"], other["sums"], strict=False)
-                    )
-                    return Violation(
-                        self.name,
-                        f"parameter {name!r} differs between rank {base_rank} and rank {rank} "
-                        f"after the optimizer step (largest checksum difference {largest:.3g})",
-                        rank=rank,
-                        step=step,
-                        cause=self.cause,
-                    )
+            pairs = zip(
+                base["names"], base["sums"], other["sums"], base.get("sizes", ()), strict=False
+            )
+            for name, mine, theirs, size in pairs:
+                if not self._differ(mine, theirs, size):
+                    continue
+                largest = max(
+                    abs(a[0] - b[0]) for a, b in zip(base["sums"], other["sums"], strict=False)
+                )
+                return Violation(
+                    self.name,
+                    f"parameter {name!r} differs between rank {base_rank} and rank {rank} "
+                    f"after the optimizer step (largest checksum difference {largest:.3g})",
+                    rank=rank,
+                    step=step,
+                    cause=self.cause,
+                )
         return None
+
+    def _differ(self, mine: list[float], theirs: list[float], size: int) -> bool:
+        """Bitwise at atol=0; else the mean element may move by atol (sum by size * atol)."""
+        if self.atol == 0.0:
+            return mine != theirs
+        return abs(mine[0] - theirs[0]) > self.atol * max(size, 1)
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -158,11 +190,15 @@ class FiniteGrads(Check):
         def on_before_optimizer_step(self: Any, trainer: Any, module: Any, optimizer: Any) -> None:
             import torch
 
-            with _quietly():
-                for name, param in module.named_parameters():
-                    if param.grad is not None and not bool(torch.isfinite(param.grad).all().cpu()):
-                        observe(check.name, trainer, {"parameter": name})
-                        return
+            grads = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
+            if not grads:
+                return
+            with _quietly():  # one device-to-host transfer for every gradient's verdict
+                finite = torch.stack([torch.isfinite(g).all() for _, g in grads]).cpu().tolist()
+            for (name, _), ok in zip(grads, finite, strict=True):
+                if not ok:
+                    observe(check.name, trainer, {"parameter": name})
+                    return
 
         hooks = {"on_before_optimizer_step": on_before_optimizer_step}
         return observer_class("FiniteGradsObserver", hooks)()
