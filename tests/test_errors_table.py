@@ -244,7 +244,7 @@ TEXT_CASES = [
         "text-size-unit",
         lambda: Schedule.parse("oom@torch.save nbytes=1.5XB"),
         "line 1",
-        "nbytes=1.5XB",
+        "nbytes='1.5XB'",
     ),
     case(
         "text-unknown-field",
