@@ -8,38 +8,8 @@ Each check works in one process (``inject(schedule, checks=[...])``) and across 
 names are stable for ``--check NAME``. See ``docs/checks.md``.
 """
 
-from chaoslight._checks import (
-    CHECKS,
-    Check,
-    Deterministic,
-    DisjointShards,
-    ErrorsSurface,
-    Evidence,
-    FiniteGrads,
-    FiniteLoss,
-    NoHang,
-    RankView,
-    ReplicasInSync,
-    Violation,
-    check_by_name,
-    observe,
-)
+from chaoslight._checks import *  # noqa: F403  (the public face of the private package)
+from chaoslight._checks import __all__ as _checks_all
 from chaoslight._checks._base import observer_class
 
-__all__ = [
-    "CHECKS",
-    "Check",
-    "Deterministic",
-    "DisjointShards",
-    "ErrorsSurface",
-    "Evidence",
-    "FiniteGrads",
-    "FiniteLoss",
-    "NoHang",
-    "RankView",
-    "ReplicasInSync",
-    "Violation",
-    "check_by_name",
-    "observe",
-    "observer_class",
-]
+__all__ = [*_checks_all, "observer_class"]

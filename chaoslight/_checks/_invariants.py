@@ -159,22 +159,27 @@ class FiniteLoss(Check):
         return observer_class("FiniteLossObserver", {"on_train_batch_end": on_train_batch_end})()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        bad = [
-            (e.step if e.step is not None else -1, e.rank, f)
-            for e, f in evidence.observations(self.name)
-        ]
-        if not bad:
-            return []
-        step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
-        return [
-            Violation(
-                self.name,
-                f"the loss is {facts['value']}",
-                rank=rank,
-                step=None if step < 0 else step,
-                cause=self.cause,
-            )
-        ]
+        return _first_bad(self, evidence, lambda facts: f"the loss is {facts['value']}")
+
+
+def _first_bad(check: Any, evidence: Evidence, describe: Any) -> list[Violation]:
+    """One violation for the earliest (step, rank) observation of ``check``, if any."""
+    bad = [
+        (e.step if e.step is not None else -1, e.rank, f)
+        for e, f in evidence.observations(check.name)
+    ]
+    if not bad:
+        return []
+    step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
+    return [
+        Violation(
+            check.name,
+            describe(facts),
+            rank=rank,
+            step=None if step < 0 else step,
+            cause=check.cause,
+        )
+    ]
 
 
 class FiniteGrads(Check):
@@ -208,22 +213,9 @@ class FiniteGrads(Check):
         return observer_class("FiniteGradsObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        bad = [
-            (e.step if e.step is not None else -1, e.rank, f)
-            for e, f in evidence.observations(self.name)
-        ]
-        if not bad:
-            return []
-        step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
-        return [
-            Violation(
-                self.name,
-                f"the gradient of {facts['parameter']!r} is not finite",
-                rank=rank,
-                step=None if step < 0 else step,
-                cause=self.cause,
-            )
-        ]
+        return _first_bad(
+            self, evidence, lambda facts: f"the gradient of {facts['parameter']!r} is not finite"
+        )
 
 
 def _first_tensor(batch: Any) -> Any:

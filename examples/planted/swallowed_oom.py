@@ -15,18 +15,15 @@ schedule is one fault:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from _common import fit
 
 try:
     import lightning.pytorch as pl
 except ImportError:
     import pytorch_lightning as pl  # type: ignore[no-redef]
-
-MAX_STEPS = 4
 
 
 class Model(pl.LightningModule):
@@ -55,23 +52,7 @@ class Model(pl.LightningModule):
 
 
 def _fit(swallow: bool) -> None:
-    pl.seed_everything(0, verbose=False)
-    devices = int(os.environ.get("WORLD_SIZE", "1"))
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(
-        torch.randn(64, 4, generator=generator), torch.randn(64, 1, generator=generator)
-    )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=devices,
-        strategy="ddp" if devices > 1 else "auto",
-        max_steps=MAX_STEPS,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(Model(swallow), DataLoader(data, batch_size=4))
+    fit(Model(swallow))
 
 
 def train() -> None:

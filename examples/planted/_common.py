@@ -1,0 +1,37 @@
+"""What the planted examples share: the data and the quiet CPU DDP trainer around a model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    import pytorch_lightning as pl  # type: ignore[no-redef]
+
+MAX_STEPS = 4
+
+
+def fit(model: Any) -> None:
+    """Fit ``model`` for a few steps on every rank of the job (``WORLD_SIZE``, else one)."""
+    pl.seed_everything(0, verbose=False)
+    devices = int(os.environ.get("WORLD_SIZE", "1"))
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        torch.randn(64, 4, generator=generator), torch.randn(64, 1, generator=generator)
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        max_steps=MAX_STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, DataLoader(data, batch_size=4))
