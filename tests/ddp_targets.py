@@ -154,3 +154,47 @@ def mlp_for_overhead(steps: int = 60) -> None:
 
     trainer = tiny_trainer(max_steps=steps, devices=_world(), strategy="ddp")
     trainer.fit(MLP(), DataLoader(data, batch_size=64))
+
+
+class EpochLr(pl().Callback):  # type: ignore[misc, name-defined]
+    """Bug: decays the learning rate from a counter that is not in the checkpoint."""
+
+    def __init__(self) -> None:
+        self.epochs_seen = 0
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self.epochs_seen += 1
+        for group in trainer.optimizers[0].param_groups:
+            group["lr"] = 0.1 / self.epochs_seen
+
+
+def _checkpointed(callbacks: list[Any]) -> None:
+    """Three epochs, a checkpoint at every epoch end (Lightning's default ModelCheckpoint)."""
+    model = tiny_model_class()()
+    trainer = tiny_trainer(
+        max_steps=-1,
+        max_epochs=3,
+        devices=_world(),
+        strategy="ddp",
+        enable_checkpointing=True,
+        callbacks=callbacks,
+    )
+    trainer.fit(model, tiny_loader())
+
+
+def checkpointed() -> None:
+    """A correct program: everything that shapes training is in the checkpoint."""
+    _checkpointed([])
+
+
+def checkpointed_with_lost_state() -> None:
+    """The bug: EpochLr's counter restarts at 0 after a restart."""
+    _checkpointed([EpochLr()])
+
+
+def checkpointed_every_step() -> None:
+    """A correct program that checkpoints after every step (so a restart resumes mid-epoch)."""
+    every_step = pl().callbacks.ModelCheckpoint(
+        dirpath="checkpoints", every_n_train_steps=1, save_last=True
+    )
+    _checkpointed([every_step])

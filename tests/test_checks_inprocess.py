@@ -147,6 +147,7 @@ def test_check_names_are_stable_and_misspellings_suggest() -> None:
         "disjoint-shards",
         "errors-surface",
         "deterministic",
+        "resume-equivalence",
     ]
     assert isinstance(check_by_name("finite-loss"), FiniteLoss)
     with pytest.raises(chaoslight.InvalidArgument, match="did you mean 'finite-loss'"):

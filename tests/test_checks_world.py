@@ -167,3 +167,36 @@ def test_no_false_alarms_on_benign_schedules(world: World, schedule: Schedule) -
     """A correct program passes every check under 50 benign schedules on 2 ranks."""
     outcome = world.run(target("plain"), schedule, timeout=TIMEOUT, checks=ALL_CHECKS)
     assert outcome.passed and not outcome.violations, outcome.report()
+
+
+def test_resume_equivalence_catches_state_missing_from_the_checkpoint(world: World) -> None:
+    """A callback whose state is not checkpointed ends differently after crash and restart."""
+    from chaoslight.checks import ResumeEquivalence
+
+    outcome = world.run(
+        target("checkpointed_with_lost_state"),
+        Schedule(),
+        timeout=TIMEOUT,
+        checks=[ResumeEquivalence()],
+    )
+    violation = only(outcome, "resume-equivalence")
+    assert violation.step == 4 and "ends differently" in violation.message  # type: ignore[attr-defined]
+    assert "not in the checkpoint" in str(violation)
+    fixed = world.run(
+        target("checkpointed"), Schedule(), timeout=TIMEOUT, checks=[ResumeEquivalence()]
+    )
+    assert fixed.passed and not fixed.violations, fixed.report()
+
+
+def test_resume_equivalence_mid_epoch_names_the_loader(world: World) -> None:
+    """A mid-epoch restart of a correct program is blamed on the non-resumable loader."""
+    from chaoslight.checks import ResumeEquivalence
+
+    outcome = world.run(
+        target("checkpointed_every_step"),
+        Schedule(),
+        timeout=TIMEOUT,
+        checks=[ResumeEquivalence(crash_at_step=6)],
+    )
+    assert outcome.violations, outcome.report()
+    assert "cannot resume a plain DataLoader mid-epoch" in str(outcome.violations[0])

@@ -11,7 +11,7 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, RankView, Violation, observe
 from chaoslight._checks._behaviour import ErrorsSurface, NoHang
 from chaoslight._checks._invariants import DisjointShards, FiniteGrads, FiniteLoss, ReplicasInSync
-from chaoslight._checks._reruns import Deterministic
+from chaoslight._checks._reruns import Deterministic, ResumeEquivalence
 from chaoslight._errors import InvalidArgument, suggest
 
 CHECKS: dict[str, type[Check]] = {
@@ -24,6 +24,7 @@ CHECKS: dict[str, type[Check]] = {
         DisjointShards,
         ErrorsSurface,
         Deterministic,
+        ResumeEquivalence,
     )
 }
 
@@ -39,6 +40,7 @@ __all__ = [
     "NoHang",
     "RankView",
     "ReplicasInSync",
+    "ResumeEquivalence",
     "Violation",
     "check_by_name",
     "observe",

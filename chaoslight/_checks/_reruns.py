@@ -110,3 +110,126 @@ class Deterministic(Check):
                         )
                     ]
         return []
+
+
+class ResumeEquivalence(Check):
+    """A run crashed at ``crash_at_step`` and restarted from its checkpoint ends like an
+    uninterrupted one (same final weights).
+
+    In a World only. The example runs to the end; then again in a kept working directory
+    with every rank killed at ``crash_at_step``; then once more in that directory with no
+    faults, as a preempted job is restarted: a ``fit`` that passes no ``ckpt_path`` of its
+    own resumes from Lightning's last checkpoint there. The default crash step is the
+    first batch of the second epoch: Lightning 2.6 cannot resume a plain ``DataLoader``
+    mid-epoch, so a mid-epoch crash differs even for a correct program, and then that is
+    named as the likely cause.
+    """
+
+    name = "resume-equivalence"
+    cause = (
+        "callback or module state that is not in the checkpoint, a non-atomic checkpoint "
+        "write, a dataloader position not restored"
+    )
+
+    def __init__(self, crash_at_step: int | None = None, atol: float = 0.0) -> None:
+        if crash_at_step is not None and (
+            isinstance(crash_at_step, bool)
+            or not isinstance(crash_at_step, int)
+            or crash_at_step < 1
+        ):
+            raise InvalidArgument(f"crash_at_step={crash_at_step!r} must be an int of at least 1")
+        self.crash_at_step = crash_at_step
+        self.atol = atol
+
+    def observer(self) -> Any:
+        check = self
+
+        def on_train_end(self: Any, trainer: Any, module: Any) -> None:
+            names, sums = checksums(module)
+            facts = {"names": names, "sums": sums, "epoch_batches": trainer.num_training_batches}
+            observe(check.name, trainer, facts)
+
+        return observer_class("ResumeEquivalenceObserver", {"on_train_end": on_train_end})()
+
+    def judge(self, evidence: Evidence) -> list[Violation]:
+        return []  # needs the restart: see judge_restart
+
+    def judge_restart(self, full: Evidence, rerun: Any, scratch: Any) -> list[Violation]:
+        from pathlib import Path
+
+        from chaoslight._faults import Crash
+        from chaoslight._schedule import Schedule
+
+        finals = self._finals(full)
+        if not finals:
+            return [
+                Violation(
+                    self.name, "the uninterrupted run did not finish training", cause=self.cause
+                )
+            ]
+        per_epoch = int(next(iter(finals.values()))["epoch_batches"])
+        step = self.crash_at_step if self.crash_at_step is not None else per_epoch
+        workdir = Path(scratch) / f"resume-{id(self)}-{step}"
+        crash = Crash(site="lightning.on_train_batch_start", step=step)
+        rerun(Schedule([crash]), workdir=workdir)
+        checkpoints = sorted(workdir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+        if not checkpoints:
+            return [
+                Violation(
+                    self.name,
+                    f"no checkpoint was written before the crash at "
+                    f"step {step}: the restart has nothing to resume from",
+                    step=step,
+                    cause=self.cause,
+                )
+            ]
+        last = next((p for p in checkpoints if p.name == "last.ckpt"), checkpoints[-1])
+        resumed = self._finals(
+            rerun(Schedule(), workdir=workdir, env={"CHAOSLIGHT_RESUME_FROM": str(last)})
+        )
+        return self._compare(finals, resumed, step, per_epoch)
+
+    def _finals(self, evidence: Evidence) -> dict[int, dict[str, Any]]:
+        return {e.rank: f for e, f in evidence.observations(self.name)}
+
+    def _compare(
+        self,
+        full: dict[int, dict[str, Any]],
+        resumed: dict[int, dict[str, Any]],
+        step: int,
+        per_epoch: int,
+    ) -> list[Violation]:
+        mid_epoch = per_epoch > 0 and step % per_epoch != 0
+        cause = (
+            "the crash was mid-epoch and Lightning 2.6 cannot resume a plain DataLoader "
+            "mid-epoch; crash at an epoch boundary or use a resumable loader"
+            if mid_epoch
+            else self.cause
+        )
+        for rank, facts in sorted(full.items()):
+            other = resumed.get(rank)
+            if other is None:
+                return [
+                    Violation(
+                        self.name,
+                        "the restarted run did not finish training",
+                        rank=rank,
+                        step=step,
+                        cause=cause,
+                    )
+                ]
+            for name, x, y in zip(facts["names"], facts["sums"], other["sums"], strict=False):
+                diff = max(abs(p - q) for p, q in zip(x, y, strict=True))
+                if (self.atol == 0.0 and x != y) or diff > self.atol:
+                    return [
+                        Violation(
+                            self.name,
+                            f"after a crash at step {step} and a restart, "
+                            f"parameter {name!r} ends differently (checksum "
+                            f"difference {diff:.3g})",
+                            rank=rank,
+                            step=step,
+                            cause=cause,
+                        )
+                    ]
+        return []

@@ -11,6 +11,7 @@ wrapping those names intercepts every step, hook and callback, whichever strateg
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from chaoslight._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
@@ -81,13 +82,27 @@ def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> W
     return wrapper
 
 
+RESUME_VARIABLE = "CHAOSLIGHT_RESUME_FROM"
+_CKPT_ARG = 6  # _call_and_handle_interrupt(trainer, _fit_impl, model, train, val, dm, ckpt_path)
+
+
 def _trainer_tracker(
     wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
-    """Around fit/validate/test/predict: tell the runtime which trainer is running."""
+    """Around fit/validate/test/predict: tell the runtime which trainer is running.
+
+    When ``CHAOSLIGHT_RESUME_FROM`` names a checkpoint (a restart by ResumeEquivalence),
+    a ``fit`` given no ``ckpt_path`` of its own resumes from it, as a preempted job would.
+    """
     dispatcher = STATE.dispatcher
     if dispatcher is not None and args:
         dispatcher.saw_trainer(args[0])
+    resume = os.environ.get(RESUME_VARIABLE)
+    if resume and len(args) > 1 and getattr(args[1], "__name__", "") == "_fit_impl":
+        if len(args) > _CKPT_ARG and args[_CKPT_ARG] is None:
+            args = (*args[:_CKPT_ARG], resume, *args[_CKPT_ARG + 1 :])
+        elif len(args) <= _CKPT_ARG and kwargs.get("ckpt_path") is None:
+            kwargs = {**kwargs, "ckpt_path": resume}
     return wrapped(*args, **kwargs)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from chaoslight._evidence import Evidence, RankView, Violation
@@ -25,14 +26,24 @@ def evidence_of(outcome: Outcome) -> Evidence:
     return Evidence(outcome.events, views, outcome.schedule)
 
 
-def judge(checks: list[Any], outcome: Outcome, rerun: Callable[[], Outcome]) -> Outcome:
-    """The outcome with its violations; a check with ``judge_runs`` gets its extra runs."""
+def judge(
+    checks: list[Any], outcome: Outcome, rerun: Callable[..., Outcome], scratch: Path
+) -> Outcome:
+    """The outcome with its violations; checks that compare runs get their extra runs.
+
+    ``rerun(schedule=None, workdir=None, env=None)`` runs the example again; a check with
+    ``judge_restart`` gets it, with a scratch folder, to crash and restart the target.
+    """
     if not checks:
         return outcome
     violations: list[Violation] = []
     for check in checks:
         runs = getattr(check, "runs", 1)
-        if hasattr(check, "judge_runs") and runs > 1:
+        if hasattr(check, "judge_restart"):
+            violations += check.judge_restart(
+                evidence_of(outcome), lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
+            )
+        elif hasattr(check, "judge_runs") and runs > 1:
             evidences = [evidence_of(outcome)] + [evidence_of(rerun()) for _ in range(runs - 1)]
             violations += check.judge_runs(evidences)
         else:

@@ -162,7 +162,18 @@ class World:
             self._prepare(timeout)
             self._resolve(spec)
             outcome = self._example(spec, plan, timeout, blob)
-            return judge(checked, outcome, lambda: self._example(spec, plan, timeout, blob))
+
+            def rerun(
+                schedule: Schedule | None = None,
+                workdir: Path | None = None,
+                env: dict[str, str] | None = None,
+            ) -> Outcome:
+                again = plan if schedule is None else schedule
+                self._prepare(timeout)  # a crash in the last run replaced workers
+                self._resolve(spec)
+                return self._example(spec, again, timeout, blob, workdir, env)
+
+            return judge(checked, outcome, rerun, self._root)
         except InvalidArgument:
             raise
         except BaseException:
@@ -337,12 +348,21 @@ class World:
 
     # -- one example ------------------------------------------------------------------
     def _example(
-        self, spec: Target, plan: Schedule, timeout: float, checks: str | None = None
+        self,
+        spec: Target,
+        plan: Schedule,
+        timeout: float,
+        checks: str | None = None,
+        workdir: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Outcome:
+        """One example; ``workdir`` (kept afterwards) and ``env`` serve a restart's rerun."""
         self._count += 1
         slots = self._live()
         folder = self._root / f"example-{self._count:05d}"
-        (folder / "work").mkdir(parents=True)
+        work = workdir if workdir is not None else folder / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         example = Example(self._count, slots, timeout, folder, self._pump)
         text = plan.to_json(indent=None)
         for slot in slots:
@@ -352,9 +372,10 @@ class World:
                 target=spec.to_dict(),
                 schedule=text,
                 timeout=timeout,
-                workdir=str(folder / "work"),
+                workdir=str(work),
                 events=str(example.events_path(slot.rank)),
                 checks=checks,
+                env=env or {},
             )
         example.collect()
         ranks, events = example.results()

@@ -333,6 +333,7 @@ class Worker:
         self.current, self.hang = msg["id"], None
         self.set_timeout(float(msg["timeout"]))
         environ = self.baseline.enter(msg["workdir"])
+        os.environ.update(msg.get("env") or {})  # put back with the rest by restore()
         try:
             reply = self.call(msg)
         finally:
