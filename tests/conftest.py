@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -78,3 +79,20 @@ def gloo_group(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     finally:
         dist.destroy_process_group()
         torch.set_num_threads(threads)
+
+
+DDP_TARGETS = f"{Path(__file__).resolve().parent}/ddp_targets.py"
+
+
+def ddp_target(name: str) -> str:
+    """A target from tests/ddp_targets.py, by absolute path."""
+    return f"{DDP_TARGETS}:{name}"
+
+
+@pytest.fixture(scope="session")
+def world2() -> Iterator[Any]:
+    """One 2-rank World shared by the multi-rank fault and check tests."""
+    from chaoslight._world import World
+
+    with World(size=2) as world:
+        yield world

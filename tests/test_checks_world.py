@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from chaoslight.strategies import schedules
+from conftest import ddp_target
 from hypothesis import HealthCheck, given, settings
 
 from chaoslight import Schedule
@@ -23,18 +23,14 @@ from chaoslight.checks import (
 
 pytestmark = pytest.mark.slow
 
-TARGETS = f"{Path(__file__).resolve().parent}/ddp_targets.py"
 TIMEOUT = 20.0
+target = ddp_target
 
 
-def target(name: str) -> str:
-    return f"{TARGETS}:{name}"
-
-
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    with World(size=2) as pool:
-        yield pool
+@pytest.fixture
+def world(world2: World) -> World:
+    """The session's 2-rank World."""
+    return world2
 
 
 def only(outcome: object, check: str) -> object:
@@ -111,7 +107,7 @@ def test_no_hang_reports_a_dropped_collective(world: World) -> None:
     """A dropped all-reduce on rank 1 is a hang: NoHang names where the ranks wait."""
     # The synchronised log after the backward: rank 0 then waits alone in its all-reduce.
     outcome = world.run(
-        f"{Path(TARGETS).parent}/world_targets.py:log_at_batch_end",
+        f"{Path(__file__).resolve().parent}/world_targets.py:log_at_batch_end",
         "drop_sync@dist.all_reduce rank=1 step=1",
         timeout=TIMEOUT,
         checks=[NoHang(2.0)],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from conftest import ddp_target
 
 import chaoslight
 from chaoslight import Delay, DropSync, ReorderReduction, Schedule
@@ -14,18 +14,8 @@ from chaoslight._world import World
 
 pytestmark = pytest.mark.slow
 
-TARGETS = f"{Path(__file__).resolve().parent}/ddp_targets.py"
 TIMEOUT = 20.0
-
-
-def target(name: str) -> str:
-    return f"{TARGETS}:{name}"
-
-
-@pytest.fixture(scope="module")
-def world2() -> Iterator[World]:
-    with World(size=2) as world:
-        yield world
+target = ddp_target
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,27 @@ TWO_RANKS = f"{ROOT}/examples/planted/two_rank_skips.py"
 USER_SITES = "lightning.training_step,lightning.forward,lightning.backward,lightning.optimizer_step"
 
 
+def swallowed_fuzz(function: str, max_examples: int, *extra: str) -> list[str]:
+    """The fuzz arguments both swallowed-OOM tests share: OOMs at the user's own sites."""
+    return [
+        "fuzz",
+        f"{SWALLOWED}:{function}",
+        "--faults",
+        "oom",
+        "--mode",
+        "fail-cleanly",
+        "--sites",
+        USER_SITES,
+        "--max-examples",
+        str(max_examples),
+        "--seed",
+        "3",
+        "--timeout",
+        "5",
+        *extra,
+    ]
+
+
 def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chaoslight._cli", *args],
@@ -68,23 +89,7 @@ def test_usage_errors_exit_2_with_one_line(
 def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
     """fuzz exits 1 with the one-fault minimal schedule; replay and the emitted test reproduce."""
     found = chaoslight(
-        "fuzz",
-        f"{SWALLOWED}:train",
-        "--faults",
-        "oom",
-        "--mode",
-        "fail-cleanly",
-        "--sites",
-        USER_SITES,
-        "--max-examples",
-        "60",
-        "--seed",
-        "3",
-        "--timeout",
-        "5",
-        "--emit-test",
-        "test_regression.py",
-        cwd=tmp_path,
+        *swallowed_fuzz("train", 60, "--emit-test", "test_regression.py"), cwd=tmp_path
     )
     assert found.returncode == 1, found.stdout + found.stderr
     lines = found.stdout.splitlines()
@@ -120,23 +125,7 @@ def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> None:
     """On the fixed twin fuzz runs every example of its budget and exits 0."""
-    clean = chaoslight(
-        "fuzz",
-        f"{SWALLOWED}:train_fixed",
-        "--faults",
-        "oom",
-        "--mode",
-        "fail-cleanly",
-        "--sites",
-        USER_SITES,
-        "--max-examples",
-        "15",
-        "--seed",
-        "3",
-        "--timeout",
-        "5",
-        cwd=tmp_path,
-    )
+    clean = chaoslight(*swallowed_fuzz("train_fixed", 15), cwd=tmp_path)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert "no failure in 15 examples" in clean.stdout
 
