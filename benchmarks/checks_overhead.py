@@ -106,8 +106,14 @@ def all_checks() -> list[Any]:
         ReplicasInSync,
     )
 
-    return [ReplicasInSync(), FiniteLoss(), FiniteGrads(), DisjointShards(), ErrorsSurface(),
-            NoHang(60)]
+    return [
+        ReplicasInSync(),
+        FiniteLoss(),
+        FiniteGrads(),
+        DisjointShards(),
+        ErrorsSurface(),
+        NoHang(60),
+    ]
 
 
 def interleave(rounds: int, ways: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
@@ -131,9 +137,7 @@ def report(title: str, times: dict[str, list[float]], target_ratio: float | None
         print(f"  {name:<34} median {median:.3f} s  x{median / base:.3f}  [{spread}]")
     checked, unchecked = names[-1], names[-2]
     ratio = statistics.median(times[checked]) / statistics.median(times[unchecked])
-    paired = statistics.median(
-        b / a for b, a in zip(times[checked], times[unchecked], strict=True)
-    )
+    paired = statistics.median(b / a for b, a in zip(times[checked], times[unchecked], strict=True))
     goal = f" (target <= {target_ratio:.2f})" if target_ratio else ""
     print(f"  b/a = {ratio:.3f}{goal}   [median of per-round ratios {paired:.3f}]")
 
@@ -217,8 +221,9 @@ def main() -> None:
         f"{os.cpu_count()} cores, 1 torch thread per process; Python {sys.version.split()[0]}, "
         f"torch {torch.__version__}, Lightning {lightning.__version__}"
     )
-    print("checks (b): ReplicasInSync FiniteLoss FiniteGrads DisjointShards ErrorsSurface "
-          "NoHang(60)")
+    print(
+        "checks (b): ReplicasInSync FiniteLoss FiniteGrads DisjointShards ErrorsSurface NoHang(60)"
+    )
     report(f"World(size={SIZE}), outcome.wall_s:", world, 1.25)
     report(f"World(size={SIZE}), world.run timed in the caller (for reference):", caller, None)
     report("in-process, 1 rank, wall time of the with-block:", local, 1.25)

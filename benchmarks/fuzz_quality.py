@@ -53,8 +53,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PLANTED = ROOT / "examples" / "planted"
 SWALLOWED = f"{PLANTED}/swallowed_oom.py:train"
 TWO_RANKS = f"{PLANTED}/two_rank_skips.py:train"
-USER_SITES = ["lightning.training_step", "lightning.forward", "lightning.backward",
-              "lightning.optimizer_step"]
+USER_SITES = [
+    "lightning.training_step",
+    "lightning.forward",
+    "lightning.backward",
+    "lightning.optimizer_step",
+]
 ONE_OOM = "oom@lightning.forward rank=0 step=0"
 TWO_OOMS = "oom@lightning.forward rank=0 step=0\noom@lightning.forward rank=1 step=0"
 TIMEOUT = 5.0
@@ -133,8 +137,14 @@ def run_random(bug: Bug, seed: int, budget: int) -> Trial:
     counting = Counting(bug.runner)
     trial = Trial(seed)
 
-    @settings(max_examples=budget, phases=[Phase.generate], database=None, deadline=None,
-              suppress_health_check=list(HealthCheck), print_blob=False)
+    @settings(
+        max_examples=budget,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
     @given(schedule=bug.strategy)
     def sample(schedule: Any) -> None:
         verdict, _ = counting(schedule)
@@ -175,8 +185,9 @@ def in_process_bug() -> Bug:
         quiet()
         return runner(schedule)
 
-    strategy = schedules(world_size=1, steps=4, faults=["oom"], mode="fail-cleanly",
-                         sites=USER_SITES)
+    strategy = schedules(
+        world_size=1, steps=4, faults=["oom"], mode="fail-cleanly", sites=USER_SITES
+    )
     return Bug("swallowed-oom/in-process", ONE_OOM, 80, strategy, run)
 
 
@@ -193,12 +204,18 @@ def world_bugs(world: Any) -> list[Bug]:
 
         return run
 
-    swallowed = schedules(world_size=2, steps=4, faults=["oom"], mode="fail-cleanly",
-                          sites=USER_SITES)
+    swallowed = schedules(
+        world_size=2, steps=4, faults=["oom"], mode="fail-cleanly", sites=USER_SITES
+    )
     two = schedules(world_size=2, steps=4, faults=["oom"], sites=["lightning.forward"])
     return [
-        Bug("swallowed-oom/world2", ONE_OOM, 60, swallowed,
-            runner(SWALLOWED, "fail-cleanly", [ErrorsSurface()])),
+        Bug(
+            "swallowed-oom/world2",
+            ONE_OOM,
+            60,
+            swallowed,
+            runner(SWALLOWED, "fail-cleanly", [ErrorsSurface()]),
+        ),
         Bug("two-ranks/world2", TWO_OOMS, 200, two, runner(TWO_RANKS, "survive", [])),
     ]
 
@@ -214,8 +231,10 @@ def _fmt(values: list[float | None], digits: int = 1) -> str:
 
 
 def table(rows: list[tuple[Bug, str, list[Trial]]]) -> None:
-    header = (f"{'bug':<25} {'search':<10} {'s to minimal':>13} {'s to 1st fail':>14} "
-              f"{'ex to 1st fail':>15} {'ex total':>9} {'1st fail size':>14} {'minimal':>8}")
+    header = (
+        f"{'bug':<25} {'search':<10} {'s to minimal':>13} {'s to 1st fail':>14} "
+        f"{'ex to 1st fail':>15} {'ex total':>9} {'1st fail size':>14} {'minimal':>8}"
+    )
     print(header)
     print(" " * 36 + "(each column: median/worst over seeds; '-': not reached in some seed)")
     print("-" * len(header))
@@ -235,8 +254,11 @@ def table(rows: list[tuple[Bug, str, list[Trial]]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3,4,5")
-    parser.add_argument("--bugs", default="in-process,swallowed-oom/world2,two-ranks",
-                        help="comma-separated substrings of the bug names to run")
+    parser.add_argument(
+        "--bugs",
+        default="in-process,swallowed-oom/world2,two-ranks",
+        help="comma-separated substrings of the bug names to run",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     wanted = args.bugs.split(",")
@@ -261,10 +283,13 @@ def main() -> None:
         rows.append((bug, "random", rand))
         for search, trials in (("chaoslight", ours), ("random", rand)):
             for t in trials:
-                print(f"  {bug.name} {search} seed {t.seed}: first failure at example "
-                      f"{t.first_fail} ({t.first_fail_s and round(t.first_fail_s, 1)} s, "
-                      f"{t.first_size} faults), {t.total} examples, {t.wall_s:.1f} s, "
-                      f"minimal {'yes' if t.minimal else 'no'} {t.note}", flush=True)
+                print(
+                    f"  {bug.name} {search} seed {t.seed}: first failure at example "
+                    f"{t.first_fail} ({t.first_fail_s and round(t.first_fail_s, 1)} s, "
+                    f"{t.first_size} faults), {t.total} examples, {t.wall_s:.1f} s, "
+                    f"minimal {'yes' if t.minimal else 'no'} {t.note}",
+                    flush=True,
+                )
 
     measure(in_process_bug())
     with World(size=2) as world:
@@ -275,19 +300,26 @@ def main() -> None:
             measure(bug)
 
     print()
-    print(f"seeds {seeds}; Campaign replays={REPLAYS}, World timeout {TIMEOUT:g} s; budgets: "
-          "in-process 80, swallowed-oom/world2 60, two-ranks/world2 200 (random: the "
-          f"examples chaoslight used on the same seed); {os.cpu_count()} cores; "
-          f"World(size=2) start-up {world_start_s:.1f} s, once, not counted below; "
-          f"total {time.monotonic() - started:.0f} s")
+    print(
+        f"seeds {seeds}; Campaign replays={REPLAYS}, World timeout {TIMEOUT:g} s; budgets: "
+        "in-process 80, swallowed-oom/world2 60, two-ranks/world2 200 (random: the "
+        f"examples chaoslight used on the same seed); {os.cpu_count()} cores; "
+        f"World(size=2) start-up {world_start_s:.1f} s, once, not counted below; "
+        f"total {time.monotonic() - started:.0f} s"
+    )
     table(rows)
     for bug, search, trials in rows:
         if search == "chaoslight" and bug.name.endswith("world2"):
             times = [t.wall_s for t in trials]
-            ok = (all(t.minimal for t in trials) and statistics.median(times) <= 30
-                  and max(times) <= 60)
-            print(f"{bug.name}: median {statistics.median(times):.1f} s, worst {max(times):.1f} s "
-                  f"to minimal (targets <= 30 s, <= 60 s): {'met' if ok else 'NOT met'}")
+            ok = (
+                all(t.minimal for t in trials)
+                and statistics.median(times) <= 30
+                and max(times) <= 60
+            )
+            print(
+                f"{bug.name}: median {statistics.median(times):.1f} s, worst {max(times):.1f} s "
+                f"to minimal (targets <= 30 s, <= 60 s): {'met' if ok else 'NOT met'}"
+            )
 
 
 if __name__ == "__main__":

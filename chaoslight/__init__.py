@@ -6,37 +6,37 @@
     print(run.report())
 
 Building and reading schedules needs no torch import; torch and Lightning are imported
-when a schedule is injected.
+when a schedule is injected. The layers behind this facade, and what each may import,
+are described in ``ARCHITECTURE.md``.
 """
 
-from __future__ import annotations
+import typing as _typing
 
-from typing import Any
-
-from chaoslight._catalog import SITES
-from chaoslight._errors import (
-    ChaosError,
-    CheckFailed,
-    InjectionActive,
-    InvalidArgument,
-    InvalidSchedule,
-)
-from chaoslight._events import Event
-from chaoslight._faults import (
-    FAULT_KINDS,
+# strategies/ is mapped into the package by pyproject, which mypy does not see.
+from chaoslight import checks, strategies  # type: ignore[attr-defined]
+from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject
+from chaoslight._schedule import (
     OOM,
     Allocate,
+    ChaosError,
+    CheckFailed,
     Corrupt,
     Crash,
     Delay,
     DropSync,
     Fault,
+    InjectionActive,
+    InvalidArgument,
+    InvalidSchedule,
+    MemoryBudget,
     Raise,
     ReorderReduction,
+    Schedule,
 )
-from chaoslight._runtime import Injection, Run, inject
-from chaoslight._schedule import MemoryBudget, Schedule
-from chaoslight._world import Outcome, Watchdog, World
+from chaoslight._schedule._describe import fault_descriptions as _fault_descriptions
+from chaoslight._schedule._describe import site_descriptions as _site_descriptions
+from chaoslight._search import Failure, fuzz, replay
+from chaoslight._world import Outcome, World
 
 __version__ = "0.1.0"
 
@@ -51,7 +51,9 @@ __all__ = [
     "Delay",
     "DropSync",
     "Event",
+    "Failure",
     "Fault",
+    "HangDetected",
     "Injection",
     "InjectionActive",
     "InvalidArgument",
@@ -66,29 +68,33 @@ __all__ = [
     "World",
     "checks",
     "faults",
+    "fuzz",
     "inject",
+    "replay",
     "sites",
+    "strategies",
 ]
 
 
 def sites() -> dict[str, str]:
     """Every injection site, name to one-line description."""
-    return {name: info.description for name, info in SITES.items()}
+    return _site_descriptions()
 
 
 def faults() -> dict[str, str]:
     """Every fault kind, text-form name to one-line description."""
-    return {kind: (cls.__doc__ or "").strip().splitlines()[0] for kind, cls in FAULT_KINDS.items()}
+    return _fault_descriptions()
 
 
-def __getattr__(name: str) -> Any:
-    # ChaosCallback subclasses Lightning's Callback, so importing it imports Lightning.
-    if name == "checks":
-        import chaoslight.checks
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"ChaosCallback"})
 
-        return chaoslight.checks
+
+def __getattr__(name: str) -> _typing.Any:
+    # Lazy on purpose, not to dodge a cycle: ChaosCallback subclasses Lightning's Callback,
+    # so defining it imports Lightning, which `import chaoslight` must not do.
     if name == "ChaosCallback":
-        from chaoslight._callback import ChaosCallback
+        from chaoslight._runtime._callback import ChaosCallback
 
         return ChaosCallback
     raise AttributeError(f"module 'chaoslight' has no attribute {name!r}")

@@ -85,7 +85,7 @@ class RecordingWorld:
     def run(
         self, target: str, schedule: Any = None, *, timeout: float | None = None, checks: Any = ()
     ) -> Any:
-        from chaoslight._runtime import as_schedule
+        from chaoslight._runtime._inject import as_schedule
 
         plan = as_schedule(schedule)
         rec = self.recorder
@@ -126,7 +126,7 @@ def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest) -> Any:
     """In-process injection: ``with chaos(schedule, checks=[...]) as run: ...``."""
-    from chaoslight._runtime import as_schedule, inject
+    from chaoslight._runtime._inject import as_schedule, inject
 
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
 

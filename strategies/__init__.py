@@ -2,36 +2,29 @@
 
     from chaoslight.strategies import schedules
 
-    @given(schedule=schedules(world_size=2, steps=4, mode="fail-cleanly"))
-    def test_errors_surface(chaos_world, schedule): ...
+    @given(schedule=schedules(world_size=2, steps=4))
+    def test_survives(chaos_world, schedule): ...
 
 Every strategy validates its arguments when it is built (``world_size=0 must be at
-least 1``) and shrinks towards the simplest failing schedule: fewer faults, lower
-ranks, earlier steps, smaller delays and allocations, and the simpler kind (the order
-of ``KINDS`` below, simplest first).
+least 1``) and its docstring says how it shrinks: towards fewer faults, lower ranks,
+earlier steps, smaller delays and allocations, and the simpler kind.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
-
-from hypothesis import strategies as st
-
-from chaoslight._catalog import REDUCTION, RESULT, SITES, SYNC
-from chaoslight._errors import InvalidArgument, suggest
-from chaoslight._faults import (
-    OOM,
-    Allocate,
-    Corrupt,
-    Crash,
-    Delay,
-    DropSync,
-    Fault,
-    Raise,
-    ReorderReduction,
+from chaoslight._search._strategies import (
+    BENIGN_KINDS,
+    HARD_KINDS,
+    KINDS,
+    allocations,
+    corruptions,
+    crashes,
+    delays,
+    dropped_syncs,
+    one_fault,
+    ooms,
+    raises,
+    reorders,
+    schedules,
 )
-from chaoslight._schedule import MemoryBudget, Schedule
 
 __all__ = [
     "BENIGN_KINDS",
@@ -48,265 +41,3 @@ __all__ = [
     "reorders",
     "schedules",
 ]
-
-# Simplest first: one_of shrinks towards earlier branches.
-KINDS = ("delay", "raise", "oom", "drop_sync", "crash", "allocate", "reorder", "corrupt")
-BENIGN_KINDS = ("delay", "reorder", "allocate")  # a correct program must survive these
-HARD_KINDS = ("raise", "oom", "drop_sync", "crash")  # it must fail promptly and visibly
-MODES = {"survive": BENIGN_KINDS, "fail-cleanly": HARD_KINDS}
-
-# Sites most training code reaches; a search over all ~70 hook sites mostly misses.
-DEFAULT_SITES = (
-    "lightning.training_step",
-    "lightning.forward",
-    "lightning.backward",
-    "lightning.optimizer_step",
-    "lightning.validation_step",
-    "lightning.on_train_batch_end",
-    "lightning.on_train_epoch_end",
-    "lightning.on_validation_epoch_end",
-    "dist.all_reduce",
-    "dist.broadcast",
-    "dist.barrier",
-    "dist.gradient_allreduce",
-)
-
-
-def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgument(f"{name}={value!r} must be an int of at least {minimum}")
-
-
-def _check_sites(sites: Iterable[str] | None) -> tuple[str, ...]:
-    chosen = tuple(DEFAULT_SITES if sites is None else sites)
-    for site in chosen:
-        if site not in SITES:
-            raise InvalidArgument(f"sites: {site!r} is not a known site{suggest(site, SITES)}")
-    if not chosen:
-        raise InvalidArgument("sites=() must name at least one site")
-    return chosen
-
-
-def _able(sites: Sequence[str], capability: str | None) -> tuple[str, ...]:
-    if capability is None:
-        return tuple(sites)
-    return tuple(s for s in sites if capability in SITES[s].capabilities)
-
-
-def _trigger(
-    sites: Sequence[str], world_size: int, steps: int, capability: str | None = None
-) -> st.SearchStrategy[dict[str, Any]]:
-    able = _able(sites, capability)
-    if not able:
-        raise InvalidArgument(f"no site in sites={tuple(sites)!r} has the {capability} capability")
-    return st.fixed_dictionaries(
-        {
-            "site": st.sampled_from(able),
-            "rank": st.integers(0, world_size - 1),
-            "step": st.integers(0, steps - 1),
-        }
-    )
-
-
-def _kind(
-    build: Callable[..., Fault], capability: str | None, **params: st.SearchStrategy[Any]
-) -> Callable[[Sequence[str], int, int], st.SearchStrategy[Fault]]:
-    def strategy(sites: Sequence[str], world_size: int, steps: int) -> st.SearchStrategy[Fault]:
-        trigger = _trigger(sites, world_size, steps, capability)
-        return st.builds(lambda t, p: build(**t, **p), trigger, st.fixed_dictionaries(params))
-
-    return strategy
-
-
-def _common(world_size: int, steps: int, sites: Iterable[str] | None) -> tuple[str, ...]:
-    _check_positive("world_size", world_size)
-    _check_positive("steps", steps)
-    return _check_sites(sites)
-
-
-def delays(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    max_seconds: float = 0.5,
-    resolution: float = 0.05,
-) -> st.SearchStrategy[Fault]:
-    """Stragglers, in multiples of ``resolution`` seconds up to ``max_seconds``.
-
-    Shrinks to lower ranks, earlier steps, the first site and shorter delays. The grid
-    keeps a shrunk delay a clear step past the threshold that made the run fail, so the
-    minimal schedule does not sit on a timing boundary and replays the same way.
-    """
-    chosen = _common(world_size, steps, sites)
-    if not 0.001 <= resolution <= max_seconds <= 3600:
-        raise InvalidArgument(
-            f"max_seconds={max_seconds!r} must be between resolution={resolution!r} and 3600"
-        )
-    ticks = st.integers(1, round(max_seconds / resolution))
-    seconds = ticks.map(lambda k: round(k * resolution, 6))
-    return _kind(Delay, None, seconds=seconds)(chosen, world_size, steps)
-
-
-def ooms(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    deferred: bool | None = False,
-) -> st.SearchStrategy[Fault]:
-    """Simulated CUDA OOMs. Shrinks to lower ranks, earlier steps, immediate (not deferred)."""
-    chosen = _common(world_size, steps, sites)
-    flag = st.booleans() if deferred is None else st.just(deferred)
-    return _kind(OOM, None, deferred=flag)(chosen, world_size, steps)
-
-
-def allocations(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    max_bytes: int = 2**20,
-    max_hold_steps: int = 2,
-) -> st.SearchStrategy[Fault]:
-    """Rank-specific allocations. Shrinks to fewer bytes (1 KiB units) and shorter holds."""
-    chosen = _common(world_size, steps, sites)
-    _check_positive("max_bytes", max_bytes, 1024)
-    _check_positive("max_hold_steps", max_hold_steps)
-    nbytes = st.integers(1, max_bytes // 1024).map(lambda k: k * 1024)
-    holds = st.integers(1, max_hold_steps)
-    return _kind(Allocate, None, nbytes=nbytes, hold_steps=holds)(chosen, world_size, steps)
-
-
-def dropped_syncs(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
-) -> st.SearchStrategy[Fault]:
-    """Skipped barriers/collectives/synchronize on one rank. Shrinks to rank 0, step 0."""
-    return _kind(DropSync, SYNC)(_common(world_size, steps, sites), world_size, steps)
-
-
-def reorders(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
-) -> st.SearchStrategy[Fault]:
-    """Reordered reductions. Shrinks to the first order ("reversed"), rank 0, step 0."""
-    orders = st.sampled_from(("reversed", "tree", "chunked", "premultiplied", "compressed"))
-    chosen = _common(world_size, steps, sites)
-    return _kind(ReorderReduction, REDUCTION, order=orders)(chosen, world_size, steps)
-
-
-def raises(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
-) -> st.SearchStrategy[Fault]:
-    """Raised errors (RuntimeError, then OSError ENOSPC). Shrinks to RuntimeError, rank 0."""
-    kinds = st.sampled_from(
-        (
-            ("RuntimeError", ("injected by chaoslight",)),
-            ("OSError", (28, "No space left on device")),
-        )
-    )
-    chosen = _common(world_size, steps, sites)
-
-    def build(**fields: Any) -> Fault:
-        name, args = fields.pop("error")
-        return Raise(name, args, **fields)
-
-    return _kind(build, None, error=kinds)(chosen, world_size, steps)
-
-
-def crashes(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
-) -> st.SearchStrategy[Fault]:
-    """SIGKILL of one rank. Shrinks to rank 0, step 0, the first site."""
-    return _kind(Crash, None)(_common(world_size, steps, sites), world_size, steps)
-
-
-def corruptions(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
-) -> st.SearchStrategy[Fault]:
-    """NaN/Inf results. Shrinks to NaN, rank 0, step 0."""
-    values = st.sampled_from(("nan", "inf"))
-    chosen = _common(world_size, steps, sites)
-    return _kind(Corrupt, RESULT, value=values)(chosen, world_size, steps)
-
-
-_BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
-    "delay": delays,
-    "raise": raises,
-    "oom": ooms,
-    "drop_sync": dropped_syncs,
-    "crash": crashes,
-    "allocate": allocations,
-    "reorder": reorders,
-    "corrupt": corruptions,
-}
-_CAPABILITY = {"drop_sync": SYNC, "reorder": REDUCTION, "corrupt": RESULT}
-
-
-def _resolve_kinds(faults: Iterable[str] | None, mode: str | None) -> tuple[str, ...]:
-    if mode is not None and mode not in MODES:
-        raise InvalidArgument(
-            f"mode={mode!r} must be 'survive' or 'fail-cleanly'" + suggest(str(mode), MODES)
-        )
-    kinds = tuple(KINDS if faults is None else faults)
-    for kind in kinds:
-        if kind not in _BUILDERS:
-            raise InvalidArgument(
-                f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}"
-            )
-    if not kinds:
-        raise InvalidArgument("faults=() must name at least one fault kind")
-    if mode is not None:
-        allowed = MODES[mode]
-        if not set(kinds) & set(allowed):
-            draws = ", ".join(allowed)
-            raise InvalidArgument(
-                f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({draws})"
-            )
-        kinds = tuple(k for k in kinds if k in allowed) if faults is not None else allowed
-    return tuple(k for k in KINDS if k in kinds)  # simplest first, whatever order given
-
-
-def one_fault(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    kinds: Iterable[str] | None = None,
-    mode: str | None = None,
-) -> st.SearchStrategy[Fault]:
-    """One fault of any allowed kind. Shrinks to the simplest kind, then as that kind does."""
-    chosen = _common(world_size, steps, sites)
-    usable = [
-        k
-        for k in _resolve_kinds(kinds, mode)
-        if _CAPABILITY.get(k) is None or _able(chosen, _CAPABILITY[k])
-    ]
-    if not usable:
-        raise InvalidArgument(f"no fault kind can fire at sites={chosen!r}")
-    return st.one_of(
-        *(_BUILDERS[k](world_size=world_size, steps=steps, sites=chosen) for k in usable)
-    )
-
-
-def schedules(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    faults: Iterable[str] | None = None,
-    mode: str | None = None,
-    max_faults: int = 3,
-    memory_budget: MemoryBudget | None = None,
-) -> st.SearchStrategy[Schedule]:
-    """Schedules of 1..max_faults faults. Shrinks to fewer faults first, then each fault
-    to a lower rank, an earlier step, a smaller size and a simpler kind.
-
-    ``mode="survive"`` draws only faults a correct program must tolerate (delays,
-    reorders, allocations); ``mode="fail-cleanly"`` only faults it must turn into a
-    prompt, visible error (raised errors, OOMs, dropped syncs, crashes).
-    """
-    _check_positive("max_faults", max_faults)
-    one = one_fault(world_size=world_size, steps=steps, sites=sites, kinds=faults, mode=mode)
-    return st.lists(one, min_size=1, max_size=max_faults).map(
-        lambda items: Schedule(items, memory_budget=memory_budget)
-    )

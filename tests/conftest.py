@@ -39,7 +39,8 @@ RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_W
 @pytest.fixture(autouse=True)
 def _no_leaked_injection() -> Iterator[None]:
     """Every test leaves no active injection behind (and a leak does not cascade)."""
-    from chaoslight import _runtime, _sites
+    from chaoslight import _sites
+    from chaoslight._runtime import _inject as _runtime
 
     yield
     leaked = _runtime.active()

@@ -215,8 +215,13 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
 
     from hypothesis import strategies as st
 
-    from chaoslight._catalog import SITES
-    from chaoslight._faults import CORRUPT_VALUES, FAULT_KINDS, MAX_DELAY_SECONDS, REORDER_ORDERS
+    from chaoslight._schedule._catalog import SITES
+    from chaoslight._schedule._faults import (
+        CORRUPT_VALUES,
+        FAULT_KINDS,
+        MAX_DELAY_SECONDS,
+        REORDER_ORDERS,
+    )
 
     exceptions = sorted(
         name

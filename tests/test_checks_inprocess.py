@@ -10,7 +10,7 @@ import torch
 
 import chaoslight
 from chaoslight import CheckFailed, Schedule
-from chaoslight._evidence import Evidence
+from chaoslight._runtime._evidence import Evidence
 from chaoslight.checks import (
     CHECKS,
     Check,

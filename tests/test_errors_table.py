@@ -329,7 +329,7 @@ def test_unimportable_raise_exception_is_refused_on_entry(name: str) -> None:
     with pytest.raises(InvalidSchedule) as caught, injection:
         pass
     check_message(caught.value, (f"exception={name!r}", "cannot be imported"))
-    assert chaoslight._runtime.active() is None
+    assert chaoslight._runtime._inject.active() is None
 
 
 def test_raise_of_a_non_exception_object_is_refused_on_entry() -> None:

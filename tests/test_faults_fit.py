@@ -387,7 +387,7 @@ def test_events_file_holds_every_event_as_it_happens(tmp_path: Path) -> None:
     with chaoslight.inject(schedule, events_file=events) as run:
         fit(max_steps=3)
         assert len(events.read_text().splitlines()) == 3  # already written, not at exit
-    from chaoslight._events import from_jsonl
+    from chaoslight._runtime._events import from_jsonl
 
     assert from_jsonl(events.read_text()) == run.events
     assert run.to_jsonl() == events.read_text()
@@ -495,7 +495,7 @@ def test_chaos_callback_fires_the_schedule_and_restores(flavour: str) -> None:
         ("lightning.backward", 0, 2, 2),  # step 1 had no backward: its batch was skipped
     ]
     assert [step for step, _ in model.caught] == [1]
-    assert chaoslight._runtime.active() is None
+    assert chaoslight._runtime._inject.active() is None
     assert changed(before, patched_attributes()) == []
 
 
@@ -507,6 +507,6 @@ def test_chaos_callback_restores_when_fit_raises() -> None:
         fit(max_steps=4, callbacks=[callback])
     assert caught.value.errno == 28
     assert where(callback.run) == [("lightning.training_step", 0, 1, 2)]
-    assert chaoslight._runtime.active() is None
+    assert chaoslight._runtime._inject.active() is None
     assert changed(before, patched_attributes()) == []
     fit(max_steps=2)  # and training works normally afterwards

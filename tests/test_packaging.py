@@ -74,7 +74,7 @@ def test_wheel_holds_only_the_chaoslight_package(wheel: Path) -> None:
     assert top == {"chaoslight", "chaoslight-0.1.0.dist-info"}
     assert "chaoslight/strategies/__init__.py" in names
     assert "chaoslight/py.typed" in names
-    assert "chaoslight/_engine.py" in names
+    assert "chaoslight/_runtime/_engine.py" in names
 
 
 @pytest.mark.slow

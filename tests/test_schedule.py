@@ -87,8 +87,8 @@ def test_raise_of_a_user_exception_class_raises_that_class() -> None:
 
 def test_catalogues_list_every_site_and_kind() -> None:
     """sites() and faults() name every site and kind, each with a one-line description."""
-    from chaoslight._catalog import SITES
-    from chaoslight._faults import FAULT_KINDS
+    from chaoslight._schedule._catalog import SITES
+    from chaoslight._schedule._faults import FAULT_KINDS
     from chaoslight._sites import implemented_sites
 
     assert set(chaoslight.sites()) == set(SITES)

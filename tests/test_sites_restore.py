@@ -23,7 +23,7 @@ from chaoslight import (
     _runtime,
     _sites,
 )
-from chaoslight._catalog import LIGHTNING_HOOKS, SITES
+from chaoslight._schedule._catalog import LIGHTNING_HOOKS, SITES
 
 
 def arm_everything() -> Schedule:

@@ -18,8 +18,8 @@ from chaoslight.strategies import (
 from hypothesis import HealthCheck, find, given, settings
 
 from chaoslight import InvalidArgument, Schedule
-from chaoslight._catalog import SITES
-from chaoslight._minimize import drop_redundant_faults
+from chaoslight._schedule._catalog import SITES
+from chaoslight._search._minimize import drop_redundant_faults
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import chaoslight
-from chaoslight._errors import InvalidArgument
-from chaoslight._world import HangDetected, HangReport, Position, Watchdog
-from chaoslight._world._watchdog import INTERRUPT_SIGNAL, is_library, snapshot
+from chaoslight._runtime import HangDetected, HangReport, Position, Watchdog
+from chaoslight._runtime._stacks import is_library, snapshot
+from chaoslight._runtime._watchdog import INTERRUPT_SIGNAL
+from chaoslight._schedule._errors import InvalidArgument
 
 
 def wait_at_barrier() -> None:

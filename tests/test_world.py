@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import chaoslight
-from chaoslight._errors import ChaosError, InvalidArgument
-from chaoslight._events import Event
+from chaoslight._runtime._events import Event
+from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._world import ExceptionInfo, Outcome, RankResult, World
 from chaoslight._world._example import crash_line
 from chaoslight._world._outcome import overall, settle
@@ -106,9 +106,9 @@ def test_parse_target_resolves_paths_and_modules() -> None:
     by_path = parse_target("examples/ddp_train.py:train", cwd=ROOT)
     assert by_path.path == str(ROOT / "examples" / "ddp_train.py")
     assert by_path.function == "train"
-    by_module = parse_target("chaoslight._schedule:Schedule.parse")
+    by_module = parse_target("chaoslight._schedule._model:Schedule.parse")
     assert (by_module.module, by_module.function, by_module.path) == (
-        "chaoslight._schedule",
+        "chaoslight._schedule._model",
         "Schedule.parse",
         None,
     )
@@ -297,7 +297,10 @@ def test_return_values_that_do_not_pickle_come_back_as_repr(world: World) -> Non
     [
         ("nofile.py:f", "no such file 'nofile.py'"),
         ("x", "must be 'path/file.py:function' or 'package.module:function'"),
-        ("chaoslight._schedule:missing", "chaoslight._schedule has no attribute 'missing'"),
+        (
+            "chaoslight._schedule._model:missing",
+            "chaoslight._schedule._model has no attribute 'missing'",
+        ),
         ("no_such_pkg.mod:f", "cannot import 'no_such_pkg.mod'"),
         (f"{ROOT}/examples/ddp_train.py:trian", "did you mean 'train'"),
     ],

@@ -12,7 +12,7 @@ from chaoslight._checks._base import Check, Evidence, RankView, Violation, obser
 from chaoslight._checks._behaviour import ErrorsSurface, NoHang
 from chaoslight._checks._invariants import DisjointShards, FiniteGrads, FiniteLoss, ReplicasInSync
 from chaoslight._checks._reruns import Deterministic, ResumeEquivalence
-from chaoslight._errors import InvalidArgument, suggest
+from chaoslight._runtime._protocol import check_from_name, register_check
 
 CHECKS: dict[str, type[Check]] = {
     cls.name: cls
@@ -47,11 +47,11 @@ __all__ = [
 ]
 
 
+for _name, _cls in CHECKS.items():
+    register_check(_name, _cls)
+
+
 def check_by_name(name: str, **params: Any) -> Check:
-    """Build a check from its stable name (``--check replicas-in-sync``)."""
-    cls = CHECKS.get(name)
-    if cls is None:
-        raise InvalidArgument(
-            f"--check {name!r} is not a check{suggest(name, CHECKS)}; known: {', '.join(CHECKS)}"
-        )
-    return cls(**params)
+    """Build a check from its stable name (``--check replicas-in-sync``) and parameters."""
+    check: Check = check_from_name(name, **params)
+    return check

@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from chaoslight._evidence import OBSERVATION, Evidence, RankView, Violation
+from chaoslight._runtime._context import callback_bases, current_rank, step_of
+from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
+from chaoslight._runtime._inject import active
 
 __all__ = ["OBSERVATION", "Check", "Evidence", "RankView", "Violation", "observe", "observer_class"]
 
@@ -49,9 +51,6 @@ class Check:
 
 def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = None) -> None:
     """Record an observation in the active injection's event log (no-op when none)."""
-    from chaoslight._context import current_rank, step_of
-    from chaoslight._runtime import active
-
     injection = active()
     engine = injection.engine if injection is not None else None
     if engine is None:
@@ -62,6 +61,4 @@ def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = 
 
 def observer_class(name: str, hooks: dict[str, Any]) -> type:
     """A callback class subclassing both Lightning flavours' Callback, with these hooks."""
-    from chaoslight._callback import _callback_bases
-
-    return type(name, _callback_bases(), dict(hooks))
+    return type(name, callback_bases(), dict(hooks))

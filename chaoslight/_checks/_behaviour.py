@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation
-from chaoslight._errors import InvalidArgument
-from chaoslight._events import FIRED
-from chaoslight._faults import OOM, Raise
+from chaoslight._runtime import PROGRESS_SITES, Watchdog
+from chaoslight._runtime._events import FIRED
+from chaoslight._schedule import OOM, Raise, fault_from_text
+from chaoslight._schedule._errors import InvalidArgument
 
 # Lightning re-raises most errors as they are; these are its documented wrappers.
 WRAPPERS = ("MisconfigurationException", "ProcessRaisedException")
@@ -27,8 +28,6 @@ class ErrorsSurface(Check):
     )
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        from chaoslight._textform import fault_from_text
-
         violations: list[Violation] = []
         for event in evidence.events:
             if event.kind != FIRED:
@@ -98,20 +97,17 @@ class NoHang(Check):
     @property
     def sites(self) -> frozenset[str]:
         """The sites the watchdog watches for progress (collectives, steps, batch hooks)."""
-        from chaoslight._world._worker import OBSERVED
-
-        return OBSERVED
+        return PROGRESS_SITES
 
     def __init__(self, timeout: float = 30.0) -> None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise InvalidArgument(f"timeout={timeout!r} must be a positive number of seconds")
         self.timeout = float(timeout)
+        self.progress_timeout = self.timeout  # the check protocol's bound on progress
         self._dog: Any = None
         self._hang: Any = None
 
     def enter(self) -> None:
-        from chaoslight._world._watchdog import Watchdog
-
         self._hang = None
         self._dog = Watchdog(self.timeout, self._on_hang, interrupt_after=1.0)
         self._dog.__enter__()

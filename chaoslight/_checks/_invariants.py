@@ -7,12 +7,11 @@ from collections import defaultdict
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
+from chaoslight._runtime._inject import active
 
 
 def _quietly() -> Any:
     """chaoslight's own tensor work (checksums) must not reach any site or sync point."""
-    from chaoslight._runtime import active
-
     injection = active()
     engine = injection.engine if injection is not None else None
     return engine.internal() if engine is not None else contextlib.nullcontext()

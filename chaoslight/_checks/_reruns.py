@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import checksums
-from chaoslight._errors import InvalidArgument
+from chaoslight._runtime._protocol import Rerun
+from chaoslight._schedule import Crash, InvalidArgument, Schedule
 
 
 class Deterministic(Check):
@@ -51,9 +53,10 @@ class Deterministic(Check):
             return []
         return self.compare(self._first, evidence)
 
-    def judge_runs(self, runs: list[Evidence]) -> list[Violation]:
-        for later in runs[1:]:
-            violations = self.compare(runs[0], later)
+    def judge_reruns(self, evidence: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
+        """In a World: run the example ``runs - 1`` more times and compare each with the first."""
+        for _ in range(self.runs - 1):
+            violations = self.compare(evidence, rerun())
             if violations:
                 return violations
         return []
@@ -152,14 +155,9 @@ class ResumeEquivalence(Check):
         return observer_class("ResumeEquivalenceObserver", {"on_train_end": on_train_end})()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        return []  # needs the restart: see judge_restart
+        return []  # needs the restart: see judge_reruns
 
-    def judge_restart(self, full: Evidence, rerun: Any, scratch: Any) -> list[Violation]:
-        from pathlib import Path
-
-        from chaoslight._faults import Crash
-        from chaoslight._schedule import Schedule
-
+    def judge_reruns(self, full: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
         finals = self._finals(full)
         if not finals:
             return [
@@ -184,9 +182,7 @@ class ResumeEquivalence(Check):
                 )
             ]
         last = next((p for p in checkpoints if p.name == "last.ckpt"), checkpoints[-1])
-        resumed = self._finals(
-            rerun(Schedule(), workdir=workdir, env={"CHAOSLIGHT_RESUME_FROM": str(last)})
-        )
+        resumed = self._finals(rerun(Schedule(), workdir=workdir, resume_from=str(last)))
         return self._compare(finals, resumed, step, per_epoch)
 
     def _finals(self, evidence: Evidence) -> dict[int, dict[str, Any]]:

@@ -10,23 +10,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from chaoslight._errors import ChaosError
+from chaoslight._cli import _catalogue, _fuzz, _run
+from chaoslight._cli._usage import Parser, UsageError
+from chaoslight._schedule import ChaosError
 
-
-class UsageError(Exception):
-    """A mistake in how the command was called: one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
+__all__ = ["UsageError", "build_parser", "entry", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from chaoslight._cli import _fuzz
-
-    parser = _Parser(prog="chaoslight", description="Deterministic chaos for Lightning training.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog="chaoslight", description="Deterministic chaos for Lightning training.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("sites", help="list the injection sites, one line each")
     commands.add_parser("faults", help="list the fault kinds, one line each")
     run = commands.add_parser(
@@ -43,8 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from chaoslight._cli import _catalogue, _fuzz, _run
-
     try:
         args = build_parser().parse_args(argv)
         if args.command == "sites":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-import chaoslight
+from chaoslight._schedule._describe import fault_descriptions, site_descriptions
 
 
 def _print_table(title: str, rows: dict[str, str]) -> int:
@@ -24,8 +24,8 @@ def _print_table(title: str, rows: dict[str, str]) -> int:
 
 
 def print_sites() -> int:
-    return _print_table("chaoslight sites", chaoslight.sites())
+    return _print_table("chaoslight sites", site_descriptions())
 
 
 def print_faults() -> int:
-    return _print_table("chaoslight faults", chaoslight.faults())
+    return _print_table("chaoslight faults", fault_descriptions())

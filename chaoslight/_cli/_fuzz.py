@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from chaoslight._errors import InvalidArgument
+from chaoslight._cli._progress import Display
+from chaoslight._schedule import InvalidArgument
 from chaoslight._search import fuzz, replay
 from chaoslight._search._campaign import CLEAN, FLAKY
 from chaoslight._search._failure import Failure, emit_test, replay_command
@@ -63,6 +64,7 @@ def fuzz_command(args: argparse.Namespace) -> int:
         mode=mode,
         replays=args.replays,
         database=args.database,
+        display=Display(f"{args.target} (world size {args.world_size}, {mode or 'survive'})"),
     )
     if result.status == CLEAN:
         console.print(

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from chaoslight._autostart import EVENTS_VARIABLE, SCHEDULE_VARIABLE
-from chaoslight._events import Event, from_jsonl, merge, render_report
-from chaoslight._proc import kill_tree
-from chaoslight._schedule import Schedule
+from chaoslight._cli._usage import UsageError
+from chaoslight._runtime._autostart import EVENTS_VARIABLE, SCHEDULE_VARIABLE
+from chaoslight._runtime._events import Event, from_jsonl, merge, render_report
+from chaoslight._runtime._proc import kill_tree
+from chaoslight._schedule._model import Schedule
 
 TIMEOUT_STATUS = 124
 
@@ -31,7 +32,7 @@ SITECUSTOMIZE = """\
 import sys
 
 try:
-    from chaoslight._autostart import arm
+    from chaoslight._runtime._autostart import arm
 except ImportError as exc:  # a fault silently not injected would look like a pass
     sys.exit(f"chaoslight run: this Python cannot import chaoslight ({exc})")
 arm()
@@ -39,8 +40,6 @@ arm()
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from chaoslight._cli import UsageError
-
     command = list(args.argv)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -63,8 +62,6 @@ def run_command(args: argparse.Namespace) -> int:
 def _launch(
     command: list[str], schedule: Schedule, scratch: Path, events_dir: Path, timeout: float | None
 ) -> int:
-    from chaoslight._cli import UsageError
-
     hook_dir = scratch / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)

@@ -5,21 +5,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from chaoslight._errors import InvalidArgument
+from chaoslight._checks import ErrorsSurface, check_by_name
+from chaoslight._schedule import InvalidArgument
 from chaoslight._search._campaign import Campaign, Progress, Result
 from chaoslight._search._failure import Failure
 from chaoslight._search._property import FAIL_CLEANLY, MODES, Verdict, verdict
+from chaoslight._search._strategies import schedules
+from chaoslight._world import World
+from chaoslight._world._target import parse_target
 
 __all__ = ["Campaign", "Failure", "Progress", "Result", "Verdict", "fuzz", "replay", "verdict"]
 
 
 def _checks(names: Iterable[str], mode: str | None) -> list[Any]:
-    from chaoslight._checks import ErrorsSurface, check_by_name
-
     checks = [check_by_name(name) for name in names]
     if mode == FAIL_CLEANLY and not any(isinstance(c, ErrorsSurface) for c in checks):
         checks.append(ErrorsSurface())
     return checks
+
+
+class _Quiet:
+    """The progress display of a campaign run from Python: shows nothing."""
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, progress: Any) -> None:
+        return None
 
 
 def _positive(name: str, value: Any, minimum: float = 1) -> None:
@@ -45,11 +60,6 @@ def fuzz(
     display: Any = None,
 ) -> tuple[Result, Failure | None]:
     """Search schedules that make ``target`` fail on a World of ``world_size`` ranks."""
-    from chaoslight._cli._progress import Display
-    from chaoslight._world import World
-    from chaoslight._world._target import parse_target
-    from chaoslight.strategies import schedules
-
     if mode is not None and mode not in MODES:
         raise InvalidArgument(f"mode={mode!r} must be one of {', '.join(MODES)}")
     for name, value, low in (
@@ -70,7 +80,7 @@ def fuzz(
     )
     check_objects = _checks(checks, mode)
     effective_mode = mode or "survive"
-    display = display or Display(f"{target} (world size {world_size}, {effective_mode})")
+    display = display or _Quiet()
     with World(size=world_size) as world, display:
 
         def run(schedule: Any) -> tuple[Verdict, Any]:
@@ -104,8 +114,6 @@ def replay(
     checks: Sequence[str] | None = None,
 ) -> tuple[Verdict, Any]:
     """Run a failure's schedule once more; the verdict says whether it still fails."""
-    from chaoslight._world import World
-
     size = world_size or failure.world_size
     check_objects = _checks(failure.checks if checks is None else checks, failure.mode)
     with World(size=size) as world:

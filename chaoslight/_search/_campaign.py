@@ -21,8 +21,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
-from chaoslight._minimize import drop_redundant_faults
-from chaoslight._schedule import Schedule
+from chaoslight._schedule._model import Schedule
+from chaoslight._search._minimize import drop_redundant_faults
 from chaoslight._search._property import Verdict
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaoslight._errors import InvalidSchedule
-from chaoslight._schedule import Schedule
+from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._model import Schedule
 
 FAILURE_VERSION = 1
 

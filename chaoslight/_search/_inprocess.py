@@ -7,9 +7,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from chaoslight._errors import CheckFailed
-from chaoslight._runtime import inject
-from chaoslight._schedule import Schedule
+from chaoslight._runtime._inject import inject
+from chaoslight._schedule._errors import CheckFailed
+from chaoslight._schedule._model import Schedule
 from chaoslight._search._property import Verdict, verdict
 from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslight._events import FIRED
-from chaoslight._evidence import Violation
+from chaoslight._runtime._events import FIRED
+from chaoslight._runtime._evidence import Violation
 
 SURVIVE, FAIL_CLEANLY = "survive", "fail-cleanly"
 MODES = (SURVIVE, FAIL_CLEANLY)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from chaoslight._catalog import SITES
+from chaoslight._schedule._catalog import SITES
 from chaoslight._sites import _ddp, _lightning, _torch
 from chaoslight._sites._core import (
     STATE,

@@ -35,6 +35,7 @@ class Dispatcher(Protocol):
     """What the runtime offers the wrappers while a schedule is active."""
 
     armed: frozenset[str]
+    resume_from: str | None  # a checkpoint for a ``fit`` given no ``ckpt_path`` (a restart)
 
     def call(
         self,
@@ -118,3 +119,23 @@ def site_wrapper(site: str, behaviour: Behaviour = Behaviour()) -> Wrapper:
         return dispatcher.call(site, wrapped, instance, args, kwargs, behaviour)
 
     return wrapper
+
+
+class DroppedWork:
+    """What a dropped ``async_op=True`` collective returns: already complete."""
+
+    def wait(self, timeout: Any = None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def get_future(self) -> Any:
+        import torch
+
+        future: Any = torch.futures.Future()
+        future.set_result(None)
+        return future

@@ -11,10 +11,10 @@ wrapping those names intercepts every step, hook and callback, whichever strateg
 
 from __future__ import annotations
 
-import os
+import inspect
 from typing import Any
 
-from chaoslight._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
+from chaoslight._schedule._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
 from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
 from chaoslight._sites._patch import Wrapper
 from chaoslight._sites._tensors import poison
@@ -82,28 +82,46 @@ def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> W
     return wrapper
 
 
-RESUME_VARIABLE = "CHAOSLIGHT_RESUME_FROM"
-_CKPT_ARG = 6  # _call_and_handle_interrupt(trainer, _fit_impl, model, train, val, dm, ckpt_path)
-
-
 def _trainer_tracker(
     wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """Around fit/validate/test/predict: tell the runtime which trainer is running.
 
-    When ``CHAOSLIGHT_RESUME_FROM`` names a checkpoint (a restart by ResumeEquivalence),
-    a ``fit`` given no ``ckpt_path`` of its own resumes from it, as a preempted job would.
+    When the runtime has a checkpoint to resume from (a restart), a ``fit`` given no
+    ``ckpt_path`` of its own resumes from it, as a preempted job would.
     """
     dispatcher = STATE.dispatcher
-    if dispatcher is not None and args:
-        dispatcher.saw_trainer(args[0])
-    resume = os.environ.get(RESUME_VARIABLE)
+    if dispatcher is None or not args:
+        return wrapped(*args, **kwargs)
+    dispatcher.saw_trainer(args[0])
+    resume = getattr(dispatcher, "resume_from", None)
     if resume and len(args) > 1 and getattr(args[1], "__name__", "") == "_fit_impl":
-        if len(args) > _CKPT_ARG and args[_CKPT_ARG] is None:
-            args = (*args[:_CKPT_ARG], resume, *args[_CKPT_ARG + 1 :])
-        elif len(args) <= _CKPT_ARG and kwargs.get("ckpt_path") is None:
-            kwargs = {**kwargs, "ckpt_path": resume}
+        args, kwargs = _with_checkpoint(args, kwargs, resume)
     return wrapped(*args, **kwargs)
+
+
+def _with_checkpoint(
+    args: tuple[Any, ...], kwargs: dict[str, Any], checkpoint: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``_call_and_handle_interrupt(trainer, _fit_impl, *fit_args)`` with ``ckpt_path`` set.
+
+    The fit arguments are bound to ``_fit_impl``'s own signature, so the position of
+    ``ckpt_path`` is read from the installed Lightning, not assumed.
+    """
+    fit_impl = args[1]
+    try:
+        bound = inspect.signature(fit_impl).bind(*args[2:], **kwargs)
+    except TypeError:
+        return args, kwargs  # not a signature we understand: run the fit as called
+    if "ckpt_path" not in inspect.signature(fit_impl).parameters:
+        raise RuntimeError(
+            "chaoslight cannot resume this Lightning: its _fit_impl has no ckpt_path "
+            "parameter (supported: Lightning 2.x)"
+        )
+    if bound.arguments.get("ckpt_path") is not None:
+        return args, kwargs  # the user's own ckpt_path wins
+    bound.arguments["ckpt_path"] = checkpoint
+    return (*args[:2], *bound.args), dict(bound.kwargs)
 
 
 _forward_site = site_wrapper("lightning.forward", RESULT_BEHAVIOUR)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaoslight._faults import permutation
-from chaoslight._sites._core import Call
+from chaoslight._schedule._faults import permutation
+from chaoslight._sites._core import Call, DroppedWork
 
 NATURAL = "natural"
 
@@ -72,8 +72,6 @@ def reorder_all_reduce(
 ) -> Any:
     import torch
     import torch.distributed as dist
-
-    from chaoslight._sites._torch import DroppedWork
 
     tensor = args[0] if args else kwargs["tensor"]
     op = args[1] if len(args) > 1 else kwargs.get("op", dist.ReduceOp.SUM)

@@ -11,32 +11,13 @@ import io
 import os
 from typing import Any
 
-from chaoslight._catalog import COLLECTIVES
-from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
+from chaoslight._schedule._catalog import COLLECTIVES
+from chaoslight._sites import _reorder
+from chaoslight._sites._core import STATE, Behaviour, Call, DroppedWork, PatchPoint, site_wrapper
 from chaoslight._sites._tensors import poison, poison_in_place
 
 DIST_OWNERS = ("torch.distributed", "torch.distributed.distributed_c10d")
 FACTORIES = ("empty", "zeros", "ones", "rand", "randn", "full")
-
-
-class DroppedWork:
-    """What a dropped ``async_op=True`` collective returns: already complete."""
-
-    def wait(self, timeout: Any = None) -> bool:
-        return True
-
-    def is_completed(self) -> bool:
-        return True
-
-    def is_success(self) -> bool:
-        return True
-
-    def get_future(self) -> Any:
-        import torch
-
-        future: Any = torch.futures.Future()
-        future.set_result(None)
-        return future
 
 
 def _skip_collective(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -53,8 +34,6 @@ def _poison_collective(
 
 
 def _collective_behaviour(name: str) -> Behaviour:
-    from chaoslight._sites import _reorder
-
     return Behaviour(
         skip=_skip_collective,
         poison=_poison_collective,

@@ -1,23 +1,19 @@
-"""Multi-rank chaos on CPU: a persistent pool of DDP ranks and a hang watchdog.
+"""Layer 4, the World: a persistent pool of real DDP ranks (gloo, CPU).
 
-``World`` runs a target in every rank of a gloo process group, example after example;
-``Watchdog`` notices when no injection site has been reached for a while, in any process.
-This package may import the runtime; nothing below it imports this package.
+``World`` runs a target in every rank of a gloo process group, example after example,
+and classifies each as passed / failed / hung / crashed. It imports the runtime (each
+rank runs ``inject`` and the runtime's ``Watchdog``), never the checks or the search:
+checks reach it only through the runtime's check protocol.
 """
 
 from __future__ import annotations
 
 from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 from chaoslight._world._pool import World
-from chaoslight._world._watchdog import HangDetected, HangReport, Position, Watchdog
 
 __all__ = [
     "ExceptionInfo",
-    "HangDetected",
-    "HangReport",
     "Outcome",
-    "Position",
     "RankResult",
-    "Watchdog",
     "World",
 ]

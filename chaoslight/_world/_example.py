@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaoslight._events import FIRED, Event, merge
+from chaoslight._runtime._events import FIRED, Event, merge
 from chaoslight._world._outcome import (
     CRASHED,
     HUNG,

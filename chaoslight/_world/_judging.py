@@ -7,7 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from chaoslight._evidence import Evidence, RankView, Violation
+from chaoslight._runtime._evidence import Evidence, RankView, Violation
+from chaoslight._runtime._protocol import judge_check
 from chaoslight._world._outcome import FAILED, PASSED, Outcome
 
 
@@ -31,22 +32,17 @@ def judge(
 ) -> Outcome:
     """The outcome with its violations; checks that compare runs get their extra runs.
 
-    ``rerun(schedule=None, workdir=None, env=None)`` runs the example again; a check with
-    ``judge_restart`` gets it, with a scratch folder, to crash and restart the target.
+    ``rerun(schedule=None, workdir=None, resume_from=None)`` runs the example again; a
+    check with ``judge_reruns`` (the runtime's check protocol) gets it, with a scratch
+    folder, to run the target again or crash and restart it.
     """
     if not checks:
         return outcome
     violations: list[Violation] = []
+    evidence = evidence_of(outcome)
     for check in checks:
-        runs = getattr(check, "runs", 1)
-        if hasattr(check, "judge_restart"):
-            violations += check.judge_restart(
-                evidence_of(outcome), lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
-            )
-        elif hasattr(check, "judge_runs") and runs > 1:
-            evidences = [evidence_of(outcome)] + [evidence_of(rerun()) for _ in range(runs - 1)]
-            violations += check.judge_runs(evidences)
-        else:
-            violations += check.judge(evidence_of(outcome))
+        violations += judge_check(
+            check, evidence, lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
+        )
     status = FAILED if violations and outcome.status == PASSED else outcome.status
     return replace(outcome, status=status, violations=tuple(violations))

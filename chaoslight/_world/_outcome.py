@@ -12,8 +12,8 @@ import signal
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chaoslight._events import Event
-from chaoslight._schedule import Schedule
+from chaoslight._runtime._events import Event
+from chaoslight._schedule._model import Schedule
 
 PASSED, FAILED, HUNG, CRASHED, RELEASED = "passed", "failed", "hung", "crashed", "released"
 STATUSES = (PASSED, FAILED, HUNG, CRASHED)

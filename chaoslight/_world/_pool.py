@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import math
 import pickle
 import selectors
 import shutil
@@ -16,14 +15,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from chaoslight._errors import ChaosError, InvalidArgument
-from chaoslight._faults import check_int
-from chaoslight._runtime import ScheduleLike, as_schedule
-from chaoslight._schedule import Schedule
+from chaoslight._runtime._inject import ScheduleLike, as_schedule
+from chaoslight._runtime._protocol import progress_timeout
+from chaoslight._schedule._errors import ChaosError, InvalidArgument
+from chaoslight._schedule._model import Schedule
+from chaoslight._schedule._validate import check_int, check_ranks_fit, check_seconds
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
 from chaoslight._world._outcome import Outcome, overall
-from chaoslight._world._slot import Slot, worker_environment
+from chaoslight._world._slot import Slot, shutdown, startup_failure, worker_environment
 from chaoslight._world._target import Target, parse_target
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -87,7 +87,7 @@ class World:
         check_int("spares", spares, 0)
         self.size = size
         self.spares = spares
-        self.start_timeout = _check_timeout(start_timeout, "start_timeout")
+        self.start_timeout = check_seconds("start_timeout", start_timeout)
         self._python = python or sys.executable
         self._root = Path(tempfile.mkdtemp(prefix="chaoslight-world-"))
         self._env = worker_environment(list(sys.path), tuple(preload), str(self._root))
@@ -96,7 +96,7 @@ class World:
         self._every: list[Slot] = []  # every worker not yet closed: what shutdown kills
         self._selector = selectors.DefaultSelector()
         self._finalizer = weakref.finalize(
-            self, _shutdown, self._every, self._selector, str(self._root)
+            self, shutdown, self._every, self._selector, str(self._root)
         )
         self._gen = 0
         self._group_ok = False
@@ -132,7 +132,7 @@ class World:
         ``run`` does this itself, except waiting for the spares.
         """
         self._check_open()
-        self._prepare(_check_timeout(timeout))
+        self._prepare(check_seconds("timeout", timeout))
         self._await_ready(self._spares)
         return self
 
@@ -153,10 +153,10 @@ class World:
         self._check_open()
         spec = parse_target(target)
         plan = as_schedule(schedule)
-        _check_ranks(plan, self.size)
-        timeout = _check_timeout(timeout)
+        check_ranks_fit(plan, self.size)
+        timeout = check_seconds("timeout", timeout)
         checked = list(checks)
-        timeout = min([timeout] + [c.timeout for c in checked if c.name == "no-hang"])
+        timeout = progress_timeout(checked, timeout)
         blob = base64.b64encode(pickle.dumps(checked)).decode() if checked else None
         try:
             self._prepare(timeout)
@@ -166,12 +166,12 @@ class World:
             def rerun(
                 schedule: Schedule | None = None,
                 workdir: Path | None = None,
-                env: dict[str, str] | None = None,
+                resume_from: str | None = None,
             ) -> Outcome:
                 again = plan if schedule is None else schedule
                 self._prepare(timeout)  # a crash in the last run replaced workers
                 self._resolve(spec)
-                return self._example(spec, again, timeout, blob, workdir, env)
+                return self._example(spec, again, timeout, blob, workdir, resume_from)
 
             return judge(checked, outcome, rerun, self._root)
         except InvalidArgument:
@@ -273,7 +273,7 @@ class World:
                 raise ChaosError(f"World workers did not start within {self.start_timeout:g} s")
             for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
                 if msg is None and slot in slots:
-                    raise _startup_failure(slot)
+                    raise startup_failure(slot)
 
     def _init_group(self, timeout: float) -> None:
         for attempt in range(2):
@@ -282,7 +282,7 @@ class World:
                 return
             except _Lost as lost:
                 if attempt:
-                    raise _startup_failure(lost.slot) from None
+                    raise startup_failure(lost.slot) from None
                 self._abandon()  # the others may wait in the rendezvous: start afresh
                 self._spawn_missing()
                 self._await_ready(self._live())
@@ -339,7 +339,7 @@ class World:
         try:
             replies = self._replies(slots, ("resolved",), deadline, id=self._count)
         except _Lost as lost:
-            raise _startup_failure(lost.slot) from None
+            raise startup_failure(lost.slot) from None
         for reply in replies.values():
             if not reply["ok"]:
                 raise InvalidArgument(reply["error"])
@@ -354,9 +354,9 @@ class World:
         timeout: float,
         checks: str | None = None,
         workdir: Path | None = None,
-        env: dict[str, str] | None = None,
+        resume_from: str | None = None,
     ) -> Outcome:
-        """One example; ``workdir`` (kept afterwards) and ``env`` serve a restart's rerun."""
+        """One example; ``workdir`` (kept afterwards) and ``resume_from`` serve a restart."""
         self._count += 1
         slots = self._live()
         folder = self._root / f"example-{self._count:05d}"
@@ -375,7 +375,7 @@ class World:
                 workdir=str(work),
                 events=str(example.events_path(slot.rank)),
                 checks=checks,
-                env=env or {},
+                resume_from=resume_from,
             )
         example.collect()
         ranks, events = example.results()
@@ -390,42 +390,3 @@ class World:
             if slot.dead or result is None or result.get("group") != "ok":
                 self._group_ok = False
         self._spawn_missing()
-
-
-# -- helpers (module level, so the finalizer holds no reference to the World) ----------------
-def _shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) -> None:
-    live = list(every)
-    for slot in live:
-        slot.signal()
-    for slot in live:
-        slot.close()
-    selector.close()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _check_timeout(value: Any, name: str = "timeout") -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
-        raise InvalidArgument(f"{name}={value!r} must be a positive number of seconds")
-    return float(value)
-
-
-def _check_ranks(plan: Schedule, size: int) -> None:
-    for fault in plan:
-        if fault.rank is not None and fault.rank >= size:
-            raise InvalidArgument(
-                f"{fault}: rank={fault.rank} is not a rank of World(size={size}); "
-                f"ranks are 0..{size - 1}"
-            )
-
-
-def _startup_failure(slot: Slot) -> ChaosError:
-    code = slot.reap()
-    tail = slot.output_since(0)[-3000:].rstrip()
-    return ChaosError(
-        f"World worker for rank {slot.rank} exited while starting (status {code}); "
-        f"its output ends:\n{tail}"
-    )

@@ -5,10 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
+import shutil
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from chaoslight._schedule import ChaosError
 
 LAUNCHER_VARIABLES = frozenset(
     {
@@ -26,6 +30,10 @@ LAUNCHER_VARIABLES = frozenset(
         "MASTER_PORT",
     }
 )
+# The environment contract with the worker processes (read in _worker).
+PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
+PRELOAD_VARIABLE = "CHAOSLIGHT_WORLD_PRELOAD"
+ROOT_VARIABLE = "CHAOSLIGHT_WORLD_ROOT"
 LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "OMPI_", "TORCHELASTIC_", "CHAOSLIGHT_")
 
 
@@ -35,8 +43,6 @@ def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> 
     The ranks get torchrun-style variables when their group is created; one thread per
     rank unless the caller chose otherwise (torchrun does the same).
     """
-    from chaoslight._world._worker import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
-
     env = {
         k: v
         for k, v in os.environ.items()
@@ -161,3 +167,23 @@ class Slot:
         except OSError:
             return ""
         return data[-limit:].decode("utf-8", "replace")
+
+
+# Module level, so the World's finalizer holds no reference to the World.
+def shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) -> None:
+    live = list(every)
+    for slot in live:
+        slot.signal()
+    for slot in live:
+        slot.close()
+    selector.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def startup_failure(slot: Slot) -> ChaosError:
+    code = slot.reap()
+    tail = slot.output_since(0)[-3000:].rstrip()
+    return ChaosError(
+        f"World worker for rank {slot.rank} exited while starting (status {code}); "
+        f"its output ends:\n{tail}"
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaoslight._errors import InvalidArgument, suggest
+from chaoslight._schedule._errors import InvalidArgument, suggest
 
 FORMS = "'path/file.py:function' or 'package.module:function'"
 

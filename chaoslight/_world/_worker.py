@@ -19,29 +19,25 @@ import importlib
 import json
 import os
 import pickle
-import random
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import traceback
-import warnings
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from chaoslight._catalog import SITES
-from chaoslight._runtime import inject
+from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
+from chaoslight._runtime._protocol import observed_sites
+from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
+from chaoslight._world._isolation import Baseline
 from chaoslight._world._outcome import ExceptionInfo
+from chaoslight._world._slot import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
 from chaoslight._world._target import Target, load_target
-from chaoslight._world._watchdog import HangReport, Watchdog, dump_stacks, snapshot
 
 ADDRESS = "127.0.0.1"
-PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
-PRELOAD_VARIABLE = "CHAOSLIGHT_WORLD_PRELOAD"
-ROOT_VARIABLE = "CHAOSLIGHT_WORLD_ROOT"
 PG_MARGIN_S = 1.0  # gloo's timeout is the example's plus this, so the watchdog fires first
 INTERRUPT_AFTER_S = 1.5  # a hang gloo has not released by then is interrupted by a signal
 STORE_TIMEOUT_S = 60.0
@@ -53,26 +49,6 @@ GLOO_MARKERS = (
     "Connection reset by peer",
     "pair closure",
     "Timed out waiting",
-)
-STEPS = (
-    "training_step",
-    "validation_step",
-    "test_step",
-    "predict_step",
-    "backward",
-    "optimizer_step",
-)
-BATCH_HOOKS = tuple(
-    f"on_{stage}_batch_{edge}"
-    for stage in ("train", "validation", "test", "predict")
-    for edge in ("start", "end")
-)
-# Every collective, plus the steps and batch hooks, so the watchdog sees progress. DDP's
-# gradient all-reduce is left out unless the schedule names it: observing it registers a
-# Python comm hook, which changes DDP's averaging arithmetic at odd world sizes.
-OBSERVED = frozenset(
-    {s for s in SITES if s.startswith("dist.") and s != "dist.gradient_allreduce"}
-    | {f"lightning.{name}" for name in STEPS + BATCH_HOOKS if f"lightning.{name}" in SITES}
 )
 
 
@@ -118,68 +94,6 @@ def orphaned() -> None:
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)
     os._exit(1)
-
-
-class Baseline:
-    """The process state a target may change, captured once and put back around each example:
-    working directory, environment, tempfile's directory, warning filters, torch's default
-    dtype, thread count, grad mode and determinism flag, and the torch, random and numpy
-    RNG states (so an example's randomness does not depend on the examples before it)."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self.cwd = os.getcwd()
-        self.dtype = torch.get_default_dtype()
-        self.threads = torch.get_num_threads()
-        self.grad = torch.is_grad_enabled()
-        self.deterministic = torch.are_deterministic_algorithms_enabled()
-        self.torch_rng = torch.get_rng_state()
-        self.python_rng = random.getstate()
-        numpy = sys.modules.get("numpy")  # imported by Lightning when it is installed
-        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
-        self.filters = list(warnings.filters)
-
-    def enter(self, workdir: str) -> dict[str, str]:
-        """Move into the example's fresh directory; return the environment to restore."""
-        environ = dict(os.environ)
-        os.chdir(workdir)
-        os.environ["TMPDIR"] = workdir
-        tempfile.tempdir = None
-        self._reset_rng()
-        return environ
-
-    def restore(self, environ: dict[str, str]) -> None:
-        import torch
-
-        os.chdir(self.cwd)
-        restore_environment(environ)
-        tempfile.tempdir = None
-        warnings.filters[:] = self.filters  # type: ignore[index]
-        if torch.get_default_dtype() != self.dtype:
-            torch.set_default_dtype(self.dtype)
-        if torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
-        torch.set_grad_enabled(self.grad)
-        if torch.are_deterministic_algorithms_enabled() != self.deterministic:
-            torch.use_deterministic_algorithms(self.deterministic)
-
-    def _reset_rng(self) -> None:
-        import torch
-
-        torch.set_rng_state(self.torch_rng)
-        random.setstate(self.python_rng)
-        if self.numpy_rng is not None:
-            sys.modules["numpy"].random.set_state(self.numpy_rng)
-
-
-def restore_environment(environ: dict[str, str]) -> None:
-    """Make os.environ equal ``environ`` again, touching only the variables that differ."""
-    for key in [k for k in os.environ if k not in environ]:
-        del os.environ[key]
-    for key, value in environ.items():
-        if os.environ.get(key) != value:
-            os.environ[key] = value
 
 
 def exception_info(exc: BaseException) -> ExceptionInfo:
@@ -333,7 +247,6 @@ class Worker:
         self.current, self.hang = msg["id"], None
         self.set_timeout(float(msg["timeout"]))
         environ = self.baseline.enter(msg["workdir"])
-        os.environ.update(msg.get("env") or {})  # put back with the rest by restore()
         try:
             reply = self.call(msg)
         finally:
@@ -352,7 +265,7 @@ class Worker:
             target = self.load(msg["target"])
             schedule = Schedule.from_json(msg["schedule"])
             checks = unpickle_checks(msg.get("checks"))
-            observed = OBSERVED.union(*(getattr(c, "sites", ()) for c in checks))
+            observed = PROGRESS_SITES | observed_sites(checks)
             with (
                 inject(
                     schedule,
@@ -360,6 +273,7 @@ class Worker:
                     observe=observed,
                     checks=checks,
                     judge=False,
+                    resume_from=msg.get("resume_from"),
                 ),
                 self.dog.watching(float(msg["timeout"])),
             ):
@@ -403,7 +317,7 @@ def _prepare() -> None:
     for name in filter(None, os.environ.get(PRELOAD_VARIABLE, "").split(",")):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    with inject(Schedule(), observe=OBSERVED):  # resolves and imports every patch owner
+    with inject(Schedule(), observe=PROGRESS_SITES):  # resolves and imports every patch owner
         torch.zeros(1)
     gc.collect()
     gc.freeze()  # later collections skip everything imported so far

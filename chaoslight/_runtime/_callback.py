@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaoslight._runtime import Injection, Run, ScheduleLike, inject
-from chaoslight._sites._patch import import_optional
-
-
-def _callback_bases() -> tuple[type, ...]:
-    # Both flavours' Callback classes, so Trainer's isinstance check passes in either.
-    bases = []
-    for module in ("lightning.pytorch.callbacks", "pytorch_lightning.callbacks"):
-        found = import_optional(module)
-        if found is not None:
-            bases.append(found.Callback)
-    return tuple(bases) or (object,)
+from chaoslight._runtime._context import callback_bases
+from chaoslight._runtime._inject import Injection, Run, ScheduleLike, inject
 
 
 class _ChaosCallbackMixin:
@@ -46,7 +36,7 @@ class _ChaosCallbackMixin:
 
 ChaosCallback = type(
     "ChaosCallback",
-    (_ChaosCallbackMixin, *_callback_bases()),
+    (_ChaosCallbackMixin, *callback_bases()),
     {
         "__doc__": "Activate a schedule from ``setup`` to ``teardown`` of a Trainer run:\n\n"
         "    Trainer(callbacks=[chaoslight.ChaosCallback(schedule)])\n\n"

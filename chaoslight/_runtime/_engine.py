@@ -16,10 +16,11 @@ import weakref
 from collections import Counter
 from typing import IO, Any
 
-from chaoslight._context import current_rank, device_of, environment_rank, step_of
-from chaoslight._errors import InvalidSchedule
-from chaoslight._events import FIRED, NOTE, RELEASED, SURFACED, Event
-from chaoslight._faults import (
+from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
+from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._memory import MemoryLedger, simulated_oom
+from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._faults import (
     OOM,
     Allocate,
     Corrupt,
@@ -30,8 +31,7 @@ from chaoslight._faults import (
     Raise,
     ReorderReduction,
 )
-from chaoslight._memory import MemoryLedger, simulated_oom
-from chaoslight._schedule import Schedule
+from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
 from chaoslight._sites._reorder import NATURAL
 
@@ -89,6 +89,7 @@ class Engine:
         # A launcher sets the rank variables before the process starts: read them once.
         self.environment_rank = environment_rank()
         self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
+        self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
         self._inside: set[str] = set()
         self._local = _ThreadDepth()

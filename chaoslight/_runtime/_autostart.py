@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from chaoslight._runtime._inject import inject
+from chaoslight._schedule import Schedule
+
 SCHEDULE_VARIABLE = "CHAOSLIGHT_SCHEDULE"
 EVENTS_VARIABLE = "CHAOSLIGHT_EVENTS_DIR"
 
@@ -26,8 +29,6 @@ _started: Any = None
 
 def schedule_from_env() -> Any:
     """The Schedule named by ``CHAOSLIGHT_SCHEDULE`` (JSON or a file path), or None."""
-    from chaoslight._schedule import Schedule
-
     value = os.environ.get(SCHEDULE_VARIABLE, "").strip()
     if not value:
         return None
@@ -44,8 +45,6 @@ def start() -> Any:
     schedule = schedule_from_env()
     if schedule is None:
         return None
-    from chaoslight._runtime import inject
-
     events_dir = os.environ.get(EVENTS_VARIABLE)
     events_file = None
     if events_dir:

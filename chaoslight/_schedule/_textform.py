@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import MISSING, fields
+from collections.abc import Sequence
 from typing import Any
 
-from chaoslight._errors import InvalidSchedule
-from chaoslight._faults import Fault
-from chaoslight._schedule import MemoryBudget, Schedule, make_fault
+from chaoslight._schedule._budget import MemoryBudget
+from chaoslight._schedule._encode import BARE, fault_to_text
+from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, suggest
+from chaoslight._schedule._faults import FAULT_KINDS, Fault
 
-_BARE = re.compile(r"^[A-Za-z0-9_.:,\-]+$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$")
 _UNITS = {
     "B": 1,
@@ -34,44 +34,11 @@ _UNITS = {
     "GB": 10**9,
     "TB": 10**12,
 }
-_TRIGGER_DEFAULTS: dict[str, Any] = {"rank": None, "step": None, "nth": None, "times": 1}
 _SIZE_FIELDS = {"nbytes", "limit_bytes", "min_tracked_bytes"}
 
 
-def encode_value(value: Any) -> str:
-    if value is None:
-        return "*"
-    if isinstance(value, str) and _BARE.match(value) and not _is_json(value):
-        return value
-    if isinstance(value, tuple):
-        value = list(value)
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def fault_to_text(fault: Fault) -> str:
-    parts = [f"{fault.kind}@{fault.site}"]
-    for name, default in _TRIGGER_DEFAULTS.items():
-        value = getattr(fault, name)
-        if value != default:
-            parts.append(f"{name}={encode_value(value)}")
-    defaults = {f.name: f.default for f in fields(fault) if f.default is not MISSING}
-    for name, value in fault.params().items():
-        if name not in defaults or defaults[name] != value:
-            parts.append(f"{name}={encode_value(value)}")
-    return " ".join(parts)
-
-
-def schedule_to_text(schedule: Schedule) -> str:
-    lines = [fault_to_text(f) for f in schedule.faults]
-    budget = schedule.memory_budget
+def schedule_to_text(faults: Sequence[Fault], budget: MemoryBudget | None) -> str:
+    lines = [fault_to_text(f) for f in faults]
     if budget is not None:
         line = f"budget limit_bytes={budget.limit_bytes}"
         if (
@@ -123,7 +90,7 @@ def decode_value(name: str, text: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError:
-        if _BARE.match(text):
+        if BARE.match(text):
             return text
         raise InvalidSchedule(f"{name}={text} is neither JSON nor a bare word") from None
     return tuple(value) if isinstance(value, list) else value
@@ -149,7 +116,8 @@ def fault_from_text(line: str) -> Fault:
     return make_fault(kind, {"site": site, **_pairs(rest)})
 
 
-def schedule_from_text(text: str) -> Schedule:
+def schedule_from_text(text: str) -> tuple[list[Fault], MemoryBudget | None]:
+    """The faults and the budget of a schedule's text form."""
     faults: list[Fault] = []
     budget: MemoryBudget | None = None
     for number, raw_line in enumerate(text.splitlines(), start=1):
@@ -163,7 +131,7 @@ def schedule_from_text(text: str) -> Schedule:
                 faults.append(fault_from_text(line))
         except InvalidSchedule as exc:
             raise InvalidSchedule(f"line {number}: {exc}") from None
-    return Schedule(faults, memory_budget=budget)
+    return faults, budget
 
 
 def _budget(line: str) -> MemoryBudget:
@@ -172,3 +140,54 @@ def _budget(line: str) -> MemoryBudget:
         return MemoryBudget(**pairs)
     except (TypeError, ValueError) as exc:
         raise InvalidSchedule(f"budget: {exc}") from None
+
+
+def fault_to_dict(fault: Fault) -> dict[str, Any]:
+    doc: dict[str, Any] = {"kind": fault.kind}
+    doc.update(fault.trigger())
+    for name, value in fault.params().items():
+        doc[name] = list(value) if isinstance(value, tuple) else value
+    return doc
+
+
+def fault_from_dict(raw: Any) -> Fault:
+    if not isinstance(raw, dict):
+        raise InvalidSchedule(f"a fault must be an object, not {type(raw).__name__}")
+    fields_ = dict(raw)
+    kind = fields_.pop("kind", None)
+    return make_fault(kind, fields_)
+
+
+def make_fault(kind: Any, fields_: dict[str, Any]) -> Fault:
+    """Build a fault of kind name ``kind`` from keyword fields, with one-line errors."""
+    cls = FAULT_KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise InvalidSchedule(
+            f"kind={kind!r} is not a fault kind{suggest(str(kind), FAULT_KINDS)}; "
+            f"known: {', '.join(FAULT_KINDS)}"
+        )
+    allowed = {"site", "rank", "step", "nth", "times", *cls.__dataclass_fields__}
+    for name in fields_:
+        if name not in allowed:
+            raise InvalidSchedule(f"{kind} has no field {name!r}{suggest(name, allowed)}")
+    if "site" not in fields_:
+        raise InvalidSchedule(f"{kind} needs a site, e.g. {kind}@lightning.training_step")
+    return wrap(lambda: cls(**fields_), kind)
+
+
+def wrap(build: Any, where: str) -> Any:
+    try:
+        return build()
+    except InvalidSchedule:
+        raise
+    except InvalidArgument as exc:
+        raise InvalidSchedule(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise InvalidSchedule(f"{where}: {exc}") from None
+
+
+def indexed(index: int, build: Any, raw: Any) -> Any:
+    try:
+        return build(raw)
+    except InvalidSchedule as exc:
+        raise InvalidSchedule(f"faults[{index}]: {exc}") from None

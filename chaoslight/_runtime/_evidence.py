@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslight._events import Event
+from chaoslight._runtime._events import Event
 
 OBSERVATION = "observation"
 

@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+from chaoslight._sites._patch import import_optional
+
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
@@ -54,3 +56,14 @@ def device_of(trainer: Any) -> Any:
     import torch
 
     return torch.device("cpu")
+
+
+def callback_bases() -> tuple[type, ...]:
+    """Both Lightning flavours' Callback classes (imports Lightning: call it lazily)."""
+    # Both flavours' Callback classes, so Trainer's isinstance check passes in either.
+    bases = []
+    for module in ("lightning.pytorch.callbacks", "pytorch_lightning.callbacks"):
+        found = import_optional(module)
+        if found is not None:
+            bases.append(found.Callback)
+    return tuple(bases) or (object,)

@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from chaoslight._schedule import MemoryBudget
+from chaoslight._schedule._budget import MemoryBudget
 
 
 def format_bytes(nbytes: float) -> str:

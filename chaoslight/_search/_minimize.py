@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from chaoslight._schedule import Schedule
+from chaoslight._schedule._model import Schedule
 
 
 def drop_redundant_faults(schedule: Schedule, fails: Callable[[Schedule], bool]) -> Schedule:

@@ -9,13 +9,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from chaoslight import _sites
-from chaoslight._context import current_rank
-from chaoslight._engine import Engine
-from chaoslight._errors import CheckFailed, InjectionActive, InvalidArgument
-from chaoslight._events import FIRED, Event, render_report, to_jsonl
-from chaoslight._evidence import Evidence, RankView, Violation
-from chaoslight._faults import OOM, Fault
-from chaoslight._schedule import Schedule
+from chaoslight._runtime._context import current_rank
+from chaoslight._runtime._engine import Engine
+from chaoslight._runtime._events import FIRED, Event, render_report, to_jsonl
+from chaoslight._runtime._evidence import Evidence, RankView, Violation
+from chaoslight._runtime._protocol import as_checks, enter_checks, exit_checks, observed_sites
+from chaoslight._schedule._errors import CheckFailed, InjectionActive, InvalidArgument
+from chaoslight._schedule._faults import OOM, Fault
+from chaoslight._schedule._model import Schedule
 
 _LOCK = threading.Lock()
 _ACTIVE: Injection | None = None
@@ -73,12 +74,14 @@ class Injection:
         observe: Iterable[str] = (),
         checks: Iterable[Any] = (),
         judge: bool = True,
+        resume_from: str | None = None,
     ) -> None:
         self.schedule = as_schedule(schedule)
         self.judge = judge  # False in a World's rank: the parent judges all ranks together
         self.events_file = events_file
-        self.checks = list(checks)
-        self.observe = frozenset(observe).union(*(getattr(c, "sites", ()) for c in self.checks))
+        self.checks = as_checks(checks)
+        self.observe = frozenset(observe) | observed_sites(self.checks)
+        self.resume_from = resume_from
         self.run = Run(self.schedule)
         self.from_environment = False  # started by CHAOSLIGHT_SCHEDULE, see _autostart
         self._joined = False
@@ -107,6 +110,7 @@ class Injection:
             _ACTIVE = self
         try:
             self._engine = Engine(self.schedule, self.events_file, self.observe)
+            self._engine.resume_from = self.resume_from
             self._engine.callbacks = [o for c in self.checks if (o := c.observer()) is not None]
             deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
             points = _sites.points_for(
@@ -116,9 +120,9 @@ class Injection:
             )
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
-            for check in self.checks if self.judge else ():
-                getattr(check, "enter", lambda: None)()
+            enter_checks(self.checks if self.judge else ())
         except BaseException:
+            exit_checks(self.checks if self.judge else ())
             self._teardown()
             raise
         return self.run
@@ -127,9 +131,13 @@ class Injection:
         if self._joined:
             self._joined = False
             return
-        for check in self.checks if self.judge else ():
-            getattr(check, "exit", lambda: None)()
-        self._teardown()
+        # Teardown happens whatever a check's exit() does: nothing may stay patched.
+        try:
+            failed_exit = exit_checks(self.checks if self.judge else ())
+        finally:
+            self._teardown()
+        if failed_exit is not None:
+            raise failed_exit
         if self.checks and self.judge:
             self._judge(exc)
 
@@ -174,6 +182,7 @@ def inject(
     observe: Iterable[str] = (),
     checks: Iterable[Any] = (),
     judge: bool = True,
+    resume_from: str | None = None,
 ) -> Injection:
     """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
 
@@ -187,8 +196,11 @@ def inject(
     raises ``CheckFailed`` (or, when the block already raised, is kept in
     ``run.violations`` while the block's own exception propagates). ``judge=False``
     only records the checks' observations (a World's parent judges all ranks at once).
+    Checks may be given by name (``checks=["replicas-in-sync"]``). ``resume_from`` makes
+    a ``fit`` that passes no ``ckpt_path`` resume from that checkpoint, as a restarted
+    job does.
     """
-    return Injection(schedule, events_file, observe, checks, judge)
+    return Injection(schedule, events_file, observe, checks, judge, resume_from)
 
 
 def active() -> Injection | None:

@@ -11,34 +11,14 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from chaoslight._catalog import REDUCTION, RESULT, SITES, SYNC
-from chaoslight._errors import InvalidArgument, suggest
+from chaoslight._schedule._catalog import REDUCTION, RESULT, SITES, SYNC
+from chaoslight._schedule._encode import fault_to_text
+from chaoslight._schedule._errors import InvalidArgument, suggest
+from chaoslight._schedule._validate import check_choice, check_int
 
 REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied", "compressed")
 CORRUPT_VALUES = ("nan", "inf", "-inf")
 MAX_DELAY_SECONDS = 3600.0
-
-
-def check_int(name: str, value: Any, minimum: int, allow_none: bool = False) -> None:
-    """Raise InvalidArgument unless ``value`` is an int >= minimum (or None if allowed)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        kind = "an int or None" if allow_none else "an int"
-        raise InvalidArgument(f"{name}={value!r} must be {kind}, not {type(value).__name__}")
-    if value < minimum:
-        hint = "; ranks count from 0" if name == "rank" else ""
-        hint = "; steps count from 0" if name == "step" else hint
-        if minimum == 0:
-            raise InvalidArgument(f"{name}={value} must not be negative{hint}")
-        raise InvalidArgument(f"{name}={value} must be at least {minimum}")
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise InvalidArgument(
-            f"{name}={value!r} is not one of {', '.join(choices)}{suggest(str(value), choices)}"
-        )
 
 
 @dataclass(frozen=True)
@@ -99,8 +79,6 @@ class Fault:
         }
 
     def __str__(self) -> str:
-        from chaoslight._textform import fault_to_text
-
         return fault_to_text(self)
 
 

@@ -8,29 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaoslight._errors import InvalidArgument, InvalidSchedule, suggest
-from chaoslight._faults import FAULT_KINDS, Fault, check_int
+from chaoslight._schedule._budget import MemoryBudget
+from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._faults import Fault
+from chaoslight._schedule._textform import (
+    fault_from_dict,
+    fault_to_dict,
+    indexed,
+    schedule_from_text,
+    schedule_to_text,
+    wrap,
+)
 
 SCHEMA_VERSION = 1
-DEFAULT_MIN_TRACKED_BYTES = 2**20
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """A per-rank device-memory limit, so an allocation can run out on a CPU machine.
-
-    Every rank gets ``limit_bytes``. Live ``Allocate`` holds count against it, and so do
-    tensors of at least ``min_tracked_bytes`` made by torch's factory functions
-    (``empty``, ``zeros``, ``ones``, ``rand``, ``randn``, ``full`` and their ``_like``
-    forms) while they live. Going over raises the simulated CUDA OOM on that rank.
-    """
-
-    limit_bytes: int
-    min_tracked_bytes: int = DEFAULT_MIN_TRACKED_BYTES
-
-    def __post_init__(self) -> None:
-        check_int("limit_bytes", self.limit_bytes, 1)
-        check_int("min_tracked_bytes", self.min_tracked_bytes, 1)
 
 
 @dataclass(frozen=True)
@@ -108,12 +98,12 @@ class Schedule:
         raw_faults = doc.get("faults", [])
         if not isinstance(raw_faults, list):
             raise InvalidSchedule(f"faults={raw_faults!r} must be a list")
-        faults = [_indexed(index, fault_from_dict, raw) for index, raw in enumerate(raw_faults)]
+        faults = [indexed(index, fault_from_dict, raw) for index, raw in enumerate(raw_faults)]
         budget = doc.get("memory_budget")
         if budget is not None:
             if not isinstance(budget, dict):
                 raise InvalidSchedule(f"memory_budget={budget!r} must be an object")
-            budget = _wrap(lambda: MemoryBudget(**budget), "memory_budget")
+            budget = wrap(lambda: MemoryBudget(**budget), "memory_budget")
         return cls(faults, memory_budget=budget)
 
     @classmethod
@@ -128,16 +118,13 @@ class Schedule:
 
     # -- text ---------------------------------------------------------------------------
     def to_text(self) -> str:
-        from chaoslight._textform import schedule_to_text
-
-        return schedule_to_text(self)
+        return schedule_to_text(self.faults, self.memory_budget)
 
     @classmethod
     def from_text(cls, text: str) -> Schedule:
-        from chaoslight._textform import schedule_from_text
-
         _check_str(text)
-        return schedule_from_text(text)
+        faults, budget = schedule_from_text(text)
+        return cls(faults, memory_budget=budget)
 
     @classmethod
     def parse(cls, text: str) -> Schedule:
@@ -166,54 +153,3 @@ class Schedule:
 def _check_str(text: Any) -> None:
     if not isinstance(text, str):
         raise InvalidSchedule(f"text={text!r} must be a str (a schedule's text or JSON form)")
-
-
-def fault_to_dict(fault: Fault) -> dict[str, Any]:
-    doc: dict[str, Any] = {"kind": fault.kind}
-    doc.update(fault.trigger())
-    for name, value in fault.params().items():
-        doc[name] = list(value) if isinstance(value, tuple) else value
-    return doc
-
-
-def fault_from_dict(raw: Any) -> Fault:
-    if not isinstance(raw, dict):
-        raise InvalidSchedule(f"a fault must be an object, not {type(raw).__name__}")
-    fields_ = dict(raw)
-    kind = fields_.pop("kind", None)
-    return make_fault(kind, fields_)
-
-
-def make_fault(kind: Any, fields_: dict[str, Any]) -> Fault:
-    """Build a fault of kind name ``kind`` from keyword fields, with one-line errors."""
-    cls = FAULT_KINDS.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise InvalidSchedule(
-            f"kind={kind!r} is not a fault kind{suggest(str(kind), FAULT_KINDS)}; "
-            f"known: {', '.join(FAULT_KINDS)}"
-        )
-    allowed = {"site", "rank", "step", "nth", "times", *cls.__dataclass_fields__}
-    for name in fields_:
-        if name not in allowed:
-            raise InvalidSchedule(f"{kind} has no field {name!r}{suggest(name, allowed)}")
-    if "site" not in fields_:
-        raise InvalidSchedule(f"{kind} needs a site, e.g. {kind}@lightning.training_step")
-    return _wrap(lambda: cls(**fields_), kind)
-
-
-def _wrap(build: Any, where: str) -> Any:
-    try:
-        return build()
-    except InvalidSchedule:
-        raise
-    except InvalidArgument as exc:
-        raise InvalidSchedule(f"{where}: {exc}") from None
-    except TypeError as exc:
-        raise InvalidSchedule(f"{where}: {exc}") from None
-
-
-def _indexed(index: int, build: Any, raw: Any) -> Any:
-    try:
-        return build(raw)
-    except InvalidSchedule as exc:
-        raise InvalidSchedule(f"faults[{index}]: {exc}") from None

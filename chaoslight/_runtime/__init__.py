@@ -1,0 +1,38 @@
+"""Layer 3, runtime: the engine that fires faults, ``inject``, the rank/step context,
+the memory ledger, the event log, the watchdog, ``ChaosCallback`` and the autostart hook.
+
+Imports the schedule data and the sites, nothing above. ``ChaosCallback`` is not
+re-exported here: defining it imports Lightning (see ``chaoslight.__getattr__``).
+"""
+
+from chaoslight._runtime._context import current_rank, step_of
+from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
+from chaoslight._runtime._inject import Injection, Run, ScheduleLike, active, as_schedule, inject
+from chaoslight._runtime._stacks import PROGRESS_SITES, HangReport, Position
+from chaoslight._runtime._watchdog import HangDetected, Watchdog
+
+__all__ = [
+    "FIRED",
+    "NOTE",
+    "OBSERVATION",
+    "PROGRESS_SITES",
+    "RELEASED",
+    "SURFACED",
+    "Event",
+    "Evidence",
+    "HangDetected",
+    "HangReport",
+    "Injection",
+    "Position",
+    "RankView",
+    "Run",
+    "ScheduleLike",
+    "Violation",
+    "Watchdog",
+    "active",
+    "as_schedule",
+    "current_rank",
+    "inject",
+    "step_of",
+]

@@ -1,0 +1,113 @@
+"""The check protocol: what ``inject`` and the World know of a check, and nothing more.
+
+A check is any object with a ``name``, an ``observer()`` (a Lightning callback run in
+every rank, or None) and a ``judge(evidence)``. It may also declare, as attributes:
+
+- ``sites``: the sites its observer needs routed through the engine (default: none);
+- ``progress_timeout``: seconds a rank may go without progress before the run counts
+  as hung (default: None, no bound of its own; the runner's timeout still holds);
+- ``enter()`` / ``exit()``: called around an in-process ``inject`` block;
+- ``judge_reruns(evidence, rerun, scratch)``: a judge that needs more runs of the same
+  example (a restart from a checkpoint, a second run for determinism). ``rerun`` runs
+  it again and returns the new run's evidence: ``rerun(schedule=None, workdir=None,
+  resume_from=None)``; ``workdir`` keeps the run's directory (a restart runs in the
+  directory of the crashed run) and ``resume_from`` makes a ``fit`` that passes no
+  ``ckpt_path`` resume from that checkpoint, as a restarted job would.
+
+The lower layers read these through the helpers below, never by comparing names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from chaoslight._runtime._evidence import Evidence, Violation
+from chaoslight._schedule import InvalidArgument, suggest
+
+Rerun = Callable[..., Evidence]
+
+
+@runtime_checkable
+class CheckProtocol(Protocol):
+    """The three members every check has; the optional ones are in the module docstring."""
+
+    name: str
+
+    def observer(self) -> Any: ...
+
+    def judge(self, evidence: Evidence) -> list[Violation]: ...
+
+
+def observed_sites(checks: Iterable[Any]) -> frozenset[str]:
+    """The sites the checks' observers need routed through the engine."""
+    return frozenset().union(*(frozenset(getattr(c, "sites", ())) for c in checks))
+
+
+def progress_timeout(checks: Iterable[Any], default: float) -> float:
+    """The tightest progress bound among the checks, or ``default``."""
+    bounds = [getattr(c, "progress_timeout", None) for c in checks]
+    return min([default, *(float(b) for b in bounds if b is not None)])
+
+
+def judge_check(check: Any, evidence: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
+    """One check's violations: by its rerun judge when it has one, else by ``judge``."""
+    if hasattr(check, "judge_reruns"):
+        return list(check.judge_reruns(evidence, rerun, scratch))
+    return list(check.judge(evidence))
+
+
+def enter_checks(checks: Iterable[Any]) -> None:
+    for check in checks:
+        getattr(check, "enter", lambda: None)()
+
+
+def exit_checks(checks: Iterable[Any]) -> BaseException | None:
+    """Call every check's ``exit()``, all of them even if one raises; return the first error."""
+    first: BaseException | None = None
+    for check in checks:
+        try:
+            getattr(check, "exit", lambda: None)()
+        except BaseException as exc:  # the others still run; the caller re-raises it
+            first = first or exc
+    return first
+
+
+# Checks by their stable names (``--check replicas-in-sync``). The checks layer fills it
+# when it is imported (``import chaoslight`` imports it), so the runtime and the World can
+# accept names without importing the layer above them.
+CHECK_FACTORIES: dict[str, Callable[..., Any]] = {}
+
+
+def register_check(name: str, factory: Callable[..., Any]) -> None:
+    CHECK_FACTORIES[name] = factory
+
+
+def check_from_name(name: str, **params: Any) -> Any:
+    """A check built from its stable name and parameters."""
+    factory = CHECK_FACTORIES.get(name)
+    if factory is None:
+        known = ", ".join(CHECK_FACTORIES) or "none registered"
+        raise InvalidArgument(
+            f"check {name!r} is not a check{suggest(name, CHECK_FACTORIES)}; known: {known}"
+        )
+    return factory(**params)
+
+
+def as_checks(checks: Iterable[Any]) -> list[Any]:
+    """Check objects from objects or names; anything else is a one-line error."""
+    if isinstance(checks, (str, bytes)):
+        raise InvalidArgument(f"checks={checks!r} must be a list of checks or check names")
+    result = []
+    for index, check in enumerate(checks):
+        if isinstance(check, str):
+            result.append(check_from_name(check))
+        elif isinstance(check, CheckProtocol):
+            result.append(check)
+        else:
+            raise InvalidArgument(
+                f"checks[{index}]={check!r} is not a check: give a name such as "
+                "'replicas-in-sync' or an object with name, observer() and judge()"
+            )
+    return result

@@ -1,0 +1,75 @@
+"""What one example may change in a rank process, and putting it back before the next.
+
+The World reuses its rank processes example after example; an example must start from
+the same state whatever ran before it (see ``Baseline``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+import warnings
+
+
+class Baseline:
+    """The process state a target may change, captured once and put back around each example:
+    working directory, environment, tempfile's directory, warning filters, torch's default
+    dtype, thread count, grad mode and determinism flag, and the torch, random and numpy
+    RNG states (so an example's randomness does not depend on the examples before it)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.cwd = os.getcwd()
+        self.dtype = torch.get_default_dtype()
+        self.threads = torch.get_num_threads()
+        self.grad = torch.is_grad_enabled()
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
+        self.torch_rng = torch.get_rng_state()
+        self.python_rng = random.getstate()
+        numpy = sys.modules.get("numpy")  # imported by Lightning when it is installed
+        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
+        self.filters = list(warnings.filters)
+
+    def enter(self, workdir: str) -> dict[str, str]:
+        """Move into the example's fresh directory; return the environment to restore."""
+        environ = dict(os.environ)
+        os.chdir(workdir)
+        os.environ["TMPDIR"] = workdir
+        tempfile.tempdir = None
+        self._reset_rng()
+        return environ
+
+    def restore(self, environ: dict[str, str]) -> None:
+        import torch
+
+        os.chdir(self.cwd)
+        restore_environment(environ)
+        tempfile.tempdir = None
+        warnings.filters[:] = self.filters  # type: ignore[index]
+        if torch.get_default_dtype() != self.dtype:
+            torch.set_default_dtype(self.dtype)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        torch.set_grad_enabled(self.grad)
+        if torch.are_deterministic_algorithms_enabled() != self.deterministic:
+            torch.use_deterministic_algorithms(self.deterministic)
+
+    def _reset_rng(self) -> None:
+        import torch
+
+        torch.set_rng_state(self.torch_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(self.numpy_rng)
+
+
+def restore_environment(environ: dict[str, str]) -> None:
+    """Make os.environ equal ``environ`` again, touching only the variables that differ."""
+    for key in [k for k in os.environ if k not in environ]:
+        del os.environ[key]
+    for key, value in environ.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value

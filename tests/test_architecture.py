@@ -1,0 +1,136 @@
+"""The layering in ARCHITECTURE.md holds: imports go one way, no cycles, facades are exact."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import chaoslight
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "chaoslight"
+STRATEGIES = ROOT / "strategies"
+
+# Lowest first; a module may import its own layer and the layers before it, never after.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("chaoslight._schedule",),
+    ("chaoslight._sites",),
+    ("chaoslight._runtime",),
+    ("chaoslight._world",),
+    ("chaoslight._checks", "chaoslight.checks"),
+    ("chaoslight._search", "chaoslight.strategies"),
+    ("chaoslight._cli", "chaoslight._pytest_plugin"),
+    ("chaoslight",),  # the facade, chaoslight/__init__.py
+)
+
+
+def module_files() -> dict[str, Path]:
+    """Every module by dotted name (strategies/ installs as chaoslight.strategies)."""
+    found = {}
+    for base, prefix in ((PACKAGE, "chaoslight"), (STRATEGIES, "chaoslight.strategies")):
+        for path in base.rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+MODULES = module_files()
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), index
+    return rank
+
+
+def imports_of(module: str) -> set[str]:
+    """The chaoslight modules ``module`` imports, at top level or inside functions."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}".rstrip(".")
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in MODULES else base)
+    return {name for name in found if name in MODULES and name != module}
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """Each module of the package is in exactly one of the layers ARCHITECTURE.md names."""
+    assert [m for m in MODULES if layer_of(m) < 0] == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_upward_import(module: str) -> None:
+    """A module imports only its own layer and the layers below it (functions included)."""
+    upward = [dep for dep in imports_of(module) if layer_of(dep) > layer_of(module)]
+    assert upward == [], f"{module} (layer {layer_of(module)}) imports {upward}"
+
+
+def test_no_import_cycle() -> None:
+    """The module import graph (top-level and function-level imports) has no cycle."""
+    graph = {module: imports_of(module) for module in MODULES}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            # A package's __init__ importing its own submodules is how packages re-export.
+            if MODULES[node].name == "__init__.py" and dep.startswith(node + "."):
+                continue
+            if state.get(dep) == 1:
+                cycle = [*stack[stack.index(dep) :], dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_the_import_scan_sees_function_level_imports() -> None:
+    """The scan is not vacuous: it finds the facade's lazy import inside ``__getattr__``."""
+    assert "chaoslight._runtime._callback" in imports_of("chaoslight")
+    assert layer_of("chaoslight._sites._torch") < layer_of("chaoslight._world._pool")
+
+
+@pytest.mark.parametrize(
+    "facade", [chaoslight, chaoslight.checks, chaoslight.strategies], ids=lambda m: m.__name__
+)
+def test_facade_all_is_exactly_its_public_names(facade: object) -> None:
+    """``__all__`` lists every public name of the facade and nothing else (no stray imports)."""
+    # "@py_builtins" and the like: pytest's assertion rewriting of plugin packages.
+    public = {name for name in dir(facade) if not name.startswith(("_", "@"))}
+    assert set(facade.__all__) == public  # type: ignore[attr-defined]
+
+
+def test_public_api_reaches_the_search_and_the_hang_error() -> None:
+    """fuzz, replay, Failure and HangDetected are reachable from ``import chaoslight``."""
+    assert callable(chaoslight.fuzz) and callable(chaoslight.replay)
+    assert chaoslight.Failure.__name__ == "Failure"
+    assert issubclass(chaoslight.HangDetected, chaoslight.ChaosError)
+
+
+def test_modules_stay_small() -> None:
+    """No module is over 400 lines: a bigger one is split where its parts separate."""
+    sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
+    assert {m: n for m, n in sizes.items() if n > 400} == {}
