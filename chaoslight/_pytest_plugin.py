@@ -6,14 +6,14 @@ Fixtures:
   ``@pytest.mark.chaos_world(size=N)`` marker.
 - ``chaos``: in-process injection, ``with chaos(schedule) as run: trainer.fit(...)``.
 
-Options: ``--chaos-world-size``, ``--chaos-max-examples`` (a Hypothesis profile for tests
-without their own ``@settings``), ``--chaos-seed`` (Hypothesis's seed), ``--chaos-timeout``
-(default per-example timeout).
+Options: ``--chaos-world-size``, ``--chaos-timeout`` (default per-example timeout). The
+search itself is Hypothesis's: seed it with Hypothesis's own ``--hypothesis-seed`` and
+size it with a Hypothesis profile (``--hypothesis-profile``); chaoslight sets neither.
 
 When a test that used a fixture fails, its report gets a ``chaoslight`` section with
-the last schedule run (after Hypothesis's shrinking, the minimal one) in text form, the
-failure, and the replay command; the schedule is written to
-``.chaoslight/failures/<test>.json``.
+the last schedule run (for a Hypothesis test, the example Hypothesis shrank it to) in text
+form, the failure, and the replay command; the failure is written to
+``.chaoslight/failures/<test>.json`` with the checks' full specs.
 """
 
 from __future__ import annotations
@@ -25,19 +25,16 @@ from typing import Any
 
 import pytest
 
+from chaoslight._runtime import as_checks, as_schedule, inject
+from chaoslight._search._failure import Failure, check_specs, replay_command
+from chaoslight._world import World
+
 FAILURES_DIR = Path(".chaoslight") / "failures"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaoslight", "chaoslight fault injection")
     group.addoption("--chaos-world-size", type=int, default=2, help="ranks in chaos_world")
-    group.addoption(
-        "--chaos-max-examples",
-        type=int,
-        default=None,
-        help="Hypothesis max_examples for tests without their own settings",
-    )
-    group.addoption("--chaos-seed", type=int, default=None, help="seed Hypothesis's search")
     group.addoption(
         "--chaos-timeout",
         type=float,
@@ -48,17 +45,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "chaos_world(size): the World size this test needs")
-    max_examples = config.getoption("--chaos-max-examples", None)
-    if max_examples is not None:
-        from hypothesis import settings
-
-        settings.register_profile("chaoslight", max_examples=max_examples, deadline=None)
-        settings.load_profile("chaoslight")
-    seed = config.getoption("--chaos-seed", None)
-    if seed is not None:
-        import hypothesis.core
-
-        hypothesis.core.global_force_seed = seed  # what Hypothesis's own --hypothesis-seed sets
 
 
 class _Recorder:
@@ -70,7 +56,7 @@ class _Recorder:
         self.target = ""
         self.world_size = 1
         self.timeout = 0.0
-        self.checks: tuple[str, ...] = ()
+        self.checks: tuple[Any, ...] = ()
 
 
 class RecordingWorld:
@@ -85,12 +71,11 @@ class RecordingWorld:
     def run(
         self, target: str, schedule: Any = None, *, timeout: float | None = None, checks: Any = ()
     ) -> Any:
-        from chaoslight._runtime._inject import as_schedule
-
         plan = as_schedule(schedule)
+        checks = as_checks(checks)
         rec = self.recorder
         rec.schedule, rec.target, rec.world_size = plan, target, self.size
-        rec.timeout, rec.checks = timeout or self.timeout, tuple(c.name for c in checks)
+        rec.timeout, rec.checks = timeout or self.timeout, tuple(checks)
         rec.outcome = None
         rec.outcome = self.world.run(target, plan, timeout=rec.timeout, checks=checks)
         return rec.outcome
@@ -107,8 +92,6 @@ def _chaos_worlds() -> Iterator[dict[int, Any]]:
 @pytest.fixture
 def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -> RecordingWorld:
     """A session-wide World of ``--chaos-world-size`` ranks (or the marker's size)."""
-    from chaoslight._world import World
-
     marker = request.node.get_closest_marker("chaos_world")
     size = (
         int(marker.kwargs.get("size", marker.args[0] if marker.args else 2))
@@ -126,8 +109,6 @@ def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest) -> Any:
     """In-process injection: ``with chaos(schedule, checks=[...]) as run: ...``."""
-    from chaoslight._runtime._inject import as_schedule, inject
-
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
 
     def activate(schedule: Any = None, **options: Any) -> Any:
@@ -151,8 +132,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _describe(item: pytest.Item, recorder: _Recorder) -> str:
-    from chaoslight._search._failure import Failure, replay_command
-
     path = FAILURES_DIR / (re.sub(r"[^\w.-]+", "_", item.nodeid).strip("_") + ".json")
     outcome = recorder.outcome
     reason = outcome.summary() if outcome is not None else "the test failed under this schedule"
@@ -161,12 +140,16 @@ def _describe(item: pytest.Item, recorder: _Recorder) -> str:
         recorder.target,
         recorder.world_size,
         recorder.timeout or 20.0,
-        recorder.checks,
-        "survive",
+        check_specs(recorder.checks),
         reason,
     )
     failure.save(Path(item.config.rootpath) / path)
-    lines = ["minimal failing schedule (the last one run):"]
+    shrunk = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    lines = [
+        "failing schedule, as Hypothesis shrank it:"
+        if shrunk
+        else "failing schedule (the last one run; not shrunk):"
+    ]
     lines += ["  " + line for line in (recorder.schedule.to_text() or "(empty)").splitlines()]
     lines.append(f"failure: {reason}")
     for violation in getattr(outcome, "violations", None) or []:

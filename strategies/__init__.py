@@ -12,7 +12,9 @@ earlier steps, smaller delays and allocations, and the simpler kind.
 
 from chaoslight._search._strategies import (
     BENIGN_KINDS,
+    DEFAULT_KINDS,
     HARD_KINDS,
+    IN_PROCESS_KINDS,
     KINDS,
     allocations,
     corruptions,
@@ -28,7 +30,9 @@ from chaoslight._search._strategies import (
 
 __all__ = [
     "BENIGN_KINDS",
+    "DEFAULT_KINDS",
     "HARD_KINDS",
+    "IN_PROCESS_KINDS",
     "KINDS",
     "allocations",
     "corruptions",

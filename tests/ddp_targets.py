@@ -89,17 +89,49 @@ def nan_loss_on_rank_1() -> None:
     _fit(LogZero())
 
 
-def swallowed_oom() -> None:
-    """Bug: the forward's OOM is caught and replaced by a zero loss on that rank."""
+def skips_then_asserts() -> None:
+    """Bug (one process): the forward's OOM is caught and the batch skipped; at the end the
+    program asserts that no batch was skipped, so the OOM's cause is lost."""
 
-    class Swallow(tiny_model_class()):  # type: ignore[misc]
+    class Skipper(tiny_model_class()):  # type: ignore[misc]
+        skipped = 0
+
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             x, y = batch
             try:
                 out = self(x)
             except torch.OutOfMemoryError:
+                self.skipped += 1
+                return None
+            return torch.nn.functional.mse_loss(out, y)
+
+        def on_train_end(self) -> None:
+            assert self.skipped == 0, f"{self.skipped} batches were skipped"
+
+    tiny_trainer(max_steps=MAX_STEPS).fit(Skipper(), tiny_loader())
+
+
+def swallowed_oom() -> None:
+    """Bug: the forward's OOM is caught and replaced by a zero loss on that rank, which
+    finishes; rank 0 audits the skips at the end and fails, told nothing of the cause."""
+
+    class Swallow(tiny_model_class()):  # type: ignore[misc]
+        skipped = 0
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            try:
+                out = self(x)
+            except torch.OutOfMemoryError:
+                self.skipped += 1
                 return sum(p.sum() for p in self.parameters()) * 0.0  # keeps DDP in step
             return torch.nn.functional.mse_loss(out, y)
+
+        def on_train_end(self) -> None:
+            counts: list[Any] = [None] * self.trainer.world_size
+            dist.all_gather_object(counts, self.skipped)
+            if self.trainer.global_rank == 0 and any(counts):
+                raise AssertionError(f"batches were skipped: {counts}")
 
     _fit(Swallow())
 

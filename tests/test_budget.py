@@ -69,6 +69,29 @@ def test_allocate_held_until_the_end_is_released_on_exit() -> None:
         torch.empty(3 * MiB // 4)  # a new injection starts from an empty budget
 
 
+@pytest.mark.parametrize(
+    ("holds", "released"),
+    [((2, 2), [(2, 0), (3, 1)]), ((3, 1), [(2, 1), (3, 0)])],
+    ids=["first-allocated-released-first", "last-allocated-released-first"],
+)
+def test_two_equal_holds_are_released_in_either_order(
+    holds: tuple[int, int], released: list[tuple[int, int]]
+) -> None:
+    """Two Allocate holds of one size (at steps 0 and 1) are released in either order."""
+    hook, outcome = allocating(5 * MiB // 2)
+    first, second = (
+        Allocate(site="lightning.training_step", step=step, nbytes=MiB, hold_steps=hold)
+        for step, hold in zip((0, 1), holds, strict=True)
+    )
+    schedule = Schedule([first, second], memory_budget=MemoryBudget(4 * MiB))
+    with chaoslight.inject(schedule) as run:
+        fit(tiny_model(step_hook=hook), max_steps=5)
+    faults = [str(first), str(second)]
+    assert [(e.step, faults.index(e.fault)) for e in run.events if e.kind == "released"] == released
+    # 2.5 MiB fits beside one 1 MiB hold, not beside two: only step 1 held both.
+    assert [step for step, text in outcome.items() if text != "ok"] == [1]
+
+
 def test_allocate_over_the_budget_raises_the_simulated_oom() -> None:
     """An Allocate bigger than what is left of the budget raises torch.OutOfMemoryError."""
     fault = Allocate(site="lightning.training_step", step=1, nbytes=9 * MiB)

@@ -53,13 +53,12 @@ def test_finite_grads_names_parameter_and_step() -> None:
 
 
 @pytest.mark.filterwarnings("ignore:`training_step` returned `None`:UserWarning")
-def test_errors_surface_catches_a_swallowed_oom() -> None:
-    """ErrorsSurface fails when training_step catches the injected OOM and returns None."""
+def test_errors_surface_accepts_a_consistent_recovery() -> None:
+    """One process that catches the injected OOM and skips the batch recovered: no violation."""
     model = tiny_model(catch_forward=True)
-    with pytest.raises(CheckFailed, match="swallowed") as info:  # noqa: SIM117
-        with chaoslight.inject("oom@lightning.forward step=1", checks=[ErrorsSurface()]):
-            fit(model, max_steps=3)
-    assert info.value.violations[0].step == 1
+    with chaoslight.inject("oom@lightning.forward step=1", checks=[ErrorsSurface()]) as run:
+        fit(model, max_steps=3)
+    assert run.violations == [] and len(run.fired()) == 1
     assert model.caught and model.caught[0][0] == 1
 
 

@@ -349,7 +349,7 @@ def announce(model, step):
     print("step", step, flush=True)
 
 schedule = chaoslight.Crash(site="lightning.training_step", step=2)
-with chaoslight.inject(schedule, events_file={events!r}):
+with chaoslight.inject(schedule, events_file={events!r}, allow_crash=True):
     fit(tiny_model(step_hook=announce), max_steps=5)
 print("survived", flush=True)
 """
@@ -510,3 +510,64 @@ def test_chaos_callback_restores_when_fit_raises() -> None:
     assert chaoslight._runtime._inject.active() is None
     assert changed(before, patched_attributes()) == []
     fit(max_steps=2)  # and training works normally afterwards
+
+
+class Verdicts:
+    """A check that keeps how each rank ended, as its judge was shown it."""
+
+    name = "verdicts"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def observer(self) -> None:
+        return None
+
+    def judge(self, evidence: Any) -> list[Any]:
+        self.seen = [
+            (v.status, v.exception_type, v.exception_message) for v in evidence.ranks.values()
+        ]
+        return []
+
+
+def failing_step(model: Any, step: int) -> None:
+    """A training_step that fails at step 1, as a user's bug would."""
+    if step == 1:
+        raise KeyError("user bug at step 1")
+
+
+def test_chaos_callback_judges_a_failed_fit_as_failed() -> None:
+    """A fit that raises is judged as failed (with its error), and its error propagates."""
+    verdicts = Verdicts()
+    callback = chaoslight.ChaosCallback(Delay(0, site="lightning.backward"), checks=[verdicts])
+    with pytest.raises(KeyError, match="user bug at step 1"):
+        fit(tiny_model(step_hook=failing_step), max_steps=4, callbacks=[callback])
+    assert verdicts.seen == [("failed", "KeyError", "'user bug at step 1'")]
+    assert chaoslight._runtime._inject.active() is None
+
+
+def test_chaos_callback_judges_a_passing_fit_as_passed() -> None:
+    """A fit that completes is judged as passed."""
+    verdicts = Verdicts()
+    callback = chaoslight.ChaosCallback(Delay(0, site="lightning.backward"), checks=[verdicts])
+    fit(max_steps=2, callbacks=[callback])
+    assert verdicts.seen == [("passed", "", "")]
+
+
+class ExitFails(Verdicts):
+    """Verdicts, with an exit() that raises."""
+
+    def exit(self) -> None:
+        raise RuntimeError("check exit failed")
+
+
+def test_chaos_callback_never_masks_the_fits_error() -> None:
+    """When a check's exit() also fails, the fit's own error still propagates, with a note."""
+    before = patched_attributes()
+    callback = chaoslight.ChaosCallback(Delay(0, site="lightning.backward"), checks=[ExitFails()])
+    with pytest.raises(KeyError, match="user bug at step 1") as caught:
+        fit(tiny_model(step_hook=failing_step), max_steps=4, callbacks=[callback])
+    if sys.version_info >= (3, 11):
+        assert "RuntimeError: check exit failed" in "".join(caught.value.__notes__)
+    assert chaoslight._runtime._inject.active() is None
+    assert changed(before, patched_attributes()) == []

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ddp_targets
 import pytest
 from chaoslight.strategies import schedules
 
@@ -14,11 +15,13 @@ from chaoslight._checks import ErrorsSurface
 from chaoslight._cli import main
 from chaoslight._search import Campaign
 from chaoslight._search._inprocess import in_process_runner
+from chaoslight._search._oracle import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"
 TWO_RANKS = f"{ROOT}/examples/planted/two_rank_skips.py"
 USER_SITES = "lightning.training_step,lightning.forward,lightning.backward,lightning.optimizer_step"
+MINIMAL = "minimal failing schedule (every fault in it is needed):"
 
 
 def swallowed_fuzz(function: str, max_examples: int, *extra: str) -> list[str]:
@@ -28,8 +31,6 @@ def swallowed_fuzz(function: str, max_examples: int, *extra: str) -> list[str]:
         f"{SWALLOWED}:{function}",
         "--faults",
         "oom",
-        "--mode",
-        "fail-cleanly",
         "--sites",
         USER_SITES,
         "--max-examples",
@@ -69,6 +70,8 @@ def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             ["fuzz", f"{SWALLOWED}:train", "--faults", "delay", "--mode", "fail-cleanly"],
             "has no kind that mode='fail-cleanly'",
         ),
+        (["fuzz", f"{SWALLOWED}:train", "--no-check", "finite-grads"], "not a default check"),
+        (["check", "nofile.py:train"], "no such file"),
         (["replay", "/no/such.json"], "cannot read"),
         (["replay", "SCHEDULE"], "names no target"),
     ],
@@ -93,7 +96,7 @@ def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
     )
     assert found.returncode == 1, found.stdout + found.stderr
     lines = found.stdout.splitlines()
-    schedule = lines[lines.index("minimal failing schedule:") + 1 :][:1]
+    schedule = lines[lines.index(MINIMAL) + 1 :][:1]
     assert schedule == ["  oom@lightning.forward rank=0 step=0"]
     assert f"replay: chaoslight replay chaoslight-failure.json {SWALLOWED}:train" in found.stdout
     saved = json.loads((tmp_path / "chaoslight-failure.json").read_text())
@@ -132,17 +135,12 @@ def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> Non
 
 @pytest.mark.quality
 def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
-    """In-process, the swallowed OOM is found and shrunk to exactly one fault."""
-    sys.path.insert(0, str(ROOT / "examples" / "planted"))
-    try:
-        import swallowed_oom
-    finally:
-        sys.path.pop(0)
+    """In-process, an OOM swallowed and failing later is found and shrunk to one fault."""
     strategy = schedules(
-        world_size=1, steps=4, faults=["oom"], mode="fail-cleanly", sites=USER_SITES.split(",")
+        world_size=1, steps=4, faults=["oom"], sites=USER_SITES.split(","), in_process=True
     )
     result = Campaign(
-        in_process_runner(swallowed_oom.train, "fail-cleanly", [ErrorsSurface()]),
+        in_process_runner(ddp_targets.skips_then_asserts, [ErrorsSurface()]),
         strategy,
         max_examples=80,
         seed=5,
@@ -175,7 +173,7 @@ def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
     )
     assert found.returncode == 1, found.stdout + found.stderr
     lines = found.stdout.splitlines()
-    start = lines.index("minimal failing schedule:") + 1
+    start = lines.index(MINIMAL) + 1
     assert lines[start : start + 2] == [
         "  oom@lightning.forward rank=0 step=0",
         "  oom@lightning.forward rank=1 step=0",
@@ -186,9 +184,7 @@ def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
 
 def test_database_lets_a_second_campaign_start_from_the_first_ones_failure(tmp_path: Path) -> None:
     """With a shared --database, a second campaign replays the saved failure first."""
-    from chaoslight._search._property import Verdict
-
-    def run(schedule: object) -> tuple[Verdict, None]:
+    def run(schedule: object, fresh: bool = False) -> tuple[Verdict, None]:
         bad = any(f.kind == "crash" and f.rank == 1 and f.step == 3 for f in schedule)  # type: ignore[attr-defined]
         return Verdict(bad, "boom" if bad else "", "failed" if bad else "passed"), None
 

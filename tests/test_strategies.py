@@ -30,11 +30,35 @@ def test_generated_schedules_are_valid_and_round_trip(schedule: Schedule) -> Non
     """Every drawn schedule stays inside its bounds and survives the JSON and text forms."""
     assert 1 <= len(schedule) <= 4
     for fault in schedule:
-        assert fault.rank is not None and 0 <= fault.rank < 3
+        if fault.kind == "reorder":
+            assert fault.rank is None  # every rank sums in the same order, as backends do
+        else:
+            assert fault.rank is not None and 0 <= fault.rank < 3
         assert fault.step is not None and 0 <= fault.step < 5
         assert fault.site in SITES
     assert Schedule.from_json(schedule.to_json()) == schedule
     assert Schedule.from_text(schedule.to_text()) == schedule
+
+
+@FAST
+@given(schedule=schedules(world_size=3))
+def test_default_search_draws_only_faults_of_production(schedule: Schedule) -> None:
+    """By default no dropped sync, no corruption, and reorders only on every rank at once."""
+    assert {f.kind for f in schedule} <= {"delay", "raise", "oom", "crash", "allocate", "reorder"}
+    assert all(f.rank is None for f in schedule if f.kind == "reorder")
+
+
+@FAST
+@given(schedule=schedules(in_process=True))
+def test_in_process_search_never_draws_a_crash(schedule: Schedule) -> None:
+    """in_process=True never draws a crash: it would kill the process running the test."""
+    assert all(f.kind != "crash" for f in schedule)
+
+
+def test_in_process_search_refuses_crash_by_name() -> None:
+    """Asking an in-process search for crashes is a one-line error that names the World."""
+    with pytest.raises(InvalidArgument, match="would kill this process.*World"):
+        schedules(faults=["crash"], in_process=True)
 
 
 @FAST

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,12 +81,68 @@ def test_interrupt_raises_hang_detected_in_the_main_thread() -> None:
     assert time.monotonic() - start < 2.0
 
 
-def test_a_stray_signal_after_stop_does_nothing() -> None:
-    """Once a watchdog has stopped, its interrupt signal raises nothing."""
+@pytest.fixture
+def own_handler() -> Iterator[list[int]]:
+    """A SIGUSR2 handler of the test's own that records the signals it gets; put back after."""
+    received: list[int] = []
+    previous = signal.signal(INTERRUPT_SIGNAL, lambda signum, frame: received.append(signum))
+    try:
+        yield received
+    finally:
+        signal.signal(INTERRUPT_SIGNAL, previous)
+
+
+def test_a_stray_signal_while_armed_reaches_the_previous_handler(own_handler: list[int]) -> None:
+    """While a watchdog that has not fired holds SIGUSR2, a stray one goes to the old handler."""
     with Watchdog(5.0, interrupt_after=0.0):
-        pass
+        os.kill(os.getpid(), INTERRUPT_SIGNAL)
+        time.sleep(0.05)  # the handler runs here, and must not raise
+    assert own_handler == [INTERRUPT_SIGNAL]
+
+
+def test_stop_puts_the_previous_handler_back(own_handler: list[int]) -> None:
+    """The SIGUSR2 handler is the user's again once the watchdog stops."""
+    previous = signal.getsignal(INTERRUPT_SIGNAL)
+    with Watchdog(5.0, interrupt_after=0.0):
+        assert signal.getsignal(INTERRUPT_SIGNAL) is not previous
+    assert signal.getsignal(INTERRUPT_SIGNAL) is previous
     os.kill(os.getpid(), INTERRUPT_SIGNAL)
-    time.sleep(0.05)  # the handler runs here, and must not raise
+    time.sleep(0.05)
+    assert own_handler == [INTERRUPT_SIGNAL]
+
+
+def test_the_handler_stays_until_the_last_interrupting_watchdog_stops(
+    own_handler: list[int],
+) -> None:
+    """Two watchdogs share one handler: it goes back when the second of them stops."""
+    previous = signal.getsignal(INTERRUPT_SIGNAL)
+    outer = Watchdog(5.0, interrupt_after=1.0).start()
+    try:
+        with Watchdog(5.0, interrupt_after=1.0):
+            pass
+        assert signal.getsignal(INTERRUPT_SIGNAL) is not previous
+    finally:
+        outer.stop()
+    assert signal.getsignal(INTERRUPT_SIGNAL) is previous
+
+
+def test_a_handler_installed_over_ours_is_left_alone(own_handler: list[int]) -> None:
+    """Someone replacing SIGUSR2's handler while a watchdog runs keeps theirs after stop."""
+
+    def theirs(signum: int, frame: object) -> None:
+        pass
+
+    with Watchdog(5.0, interrupt_after=1.0):
+        signal.signal(INTERRUPT_SIGNAL, theirs)
+    assert signal.getsignal(INTERRUPT_SIGNAL) is theirs
+
+
+def test_the_handler_is_back_after_an_interrupt(own_handler: list[int]) -> None:
+    """After it interrupted the main thread, a stopped watchdog leaves the old handler."""
+    previous = signal.getsignal(INTERRUPT_SIGNAL)
+    with pytest.raises(HangDetected), Watchdog(0.1, interrupt_after=0.0):
+        time.sleep(10)
+    assert signal.getsignal(INTERRUPT_SIGNAL) is previous and own_handler == []
 
 
 def test_rearming_reuses_one_thread_and_reports_afresh() -> None:

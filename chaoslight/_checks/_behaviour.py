@@ -8,17 +8,17 @@ from chaoslight._checks._base import Check, Evidence, Violation
 from chaoslight._runtime import PROGRESS_SITES, Watchdog
 from chaoslight._runtime._events import FIRED
 from chaoslight._schedule import OOM, Raise, fault_from_text
-from chaoslight._schedule._errors import InvalidArgument
-
-# Lightning re-raises most errors as they are; these are its documented wrappers.
-WRAPPERS = ("MisconfigurationException", "ProcessRaisedException")
+from chaoslight._schedule._validate import check_seconds
 
 
 class ErrorsSurface(Check):
-    """An injected OOM/Raise ends ``fit`` with that exception on that rank, and no rank waits.
+    """An injected OOM/Raise is not swallowed on its rank while another rank fails or waits.
 
-    Catches the ``training_step`` that catches the OOM and returns ``None`` while the
-    other ranks go on to the gradient all-reduce.
+    A correct program may recover from an injected error consistently (every rank goes on
+    and finishes) or fail cleanly (every rank ends). What it may not do is catch the error
+    on the rank where it fired and carry on while a peer fails or is left waiting: the
+    ``training_step`` that catches the OOM and returns ``None`` while the other ranks go on
+    to the gradient all-reduce.
     """
 
     name = "errors-surface"
@@ -28,57 +28,30 @@ class ErrorsSurface(Check):
     )
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        violations: list[Violation] = []
+        stuck = [v for v in evidence.ranks.values() if v.status in ("failed", "hung", "crashed")]
         for event in evidence.events:
             if event.kind != FIRED:
                 continue
             fault = fault_from_text(event.fault)
-            if not isinstance(fault, (OOM, Raise)):
-                continue
-            expected = (
-                "OutOfMemoryError"
-                if isinstance(fault, OOM)
-                else fault.exception.split(":")[-1].split(".")[-1]
-            )
             view = evidence.ranks.get(event.rank)
-            if view is None:
+            if not isinstance(fault, (OOM, Raise)) or view is None or view.status != "passed":
                 continue
-            if view.status == "passed":
-                violations.append(
+            others = [v for v in stuck if v.rank != event.rank]
+            if others:
+                other = others[0]
+                return [
                     Violation(
                         self.name,
-                        f"the injected {expected} ({event.fault}) was swallowed: fit returned "
-                        "normally on that rank",
+                        f"the injected {fault.kind} ({event.fault}) was swallowed on rank "
+                        f"{event.rank}, which finished, while rank {other.rank} "
+                        f"{'was left waiting' if other.status == 'hung' else 'did not'}: "
+                        f"{other.evidence or other.status}",
                         rank=event.rank,
                         step=event.step,
                         cause=self.cause,
                     )
-                )
-            elif view.status == "failed" and view.exception_type not in (expected, *WRAPPERS):
-                violations.append(
-                    Violation(
-                        self.name,
-                        f"fit ended with {view.exception_type}, not the injected {expected}",
-                        rank=event.rank,
-                        step=event.step,
-                        cause=self.cause,
-                    )
-                )
-            waiting = [r for r in evidence.ranks.values() if r.status == "hung"]
-            for other in waiting:
-                violations.append(
-                    Violation(
-                        self.name,
-                        f"after the injected {expected} on rank {event.rank}, rank "
-                        f"{other.rank} was left waiting: {other.evidence or 'hung'}",
-                        rank=other.rank,
-                        step=event.step,
-                        cause=self.cause,
-                    )
-                )
-            if violations:
-                return violations
-        return violations
+                ]
+        return []
 
 
 class NoHang(Check):
@@ -100,9 +73,7 @@ class NoHang(Check):
         return PROGRESS_SITES
 
     def __init__(self, timeout: float = 30.0) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidArgument(f"timeout={timeout!r} must be a positive number of seconds")
-        self.timeout = float(timeout)
+        self.timeout = check_seconds("timeout", timeout)
         self.progress_timeout = self.timeout  # the check protocol's bound on progress
         self._dog: Any = None
         self._hang: Any = None

@@ -8,7 +8,10 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import checksums
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import Crash, InvalidArgument, Schedule
+from chaoslight._schedule import Crash, Schedule
+from chaoslight._schedule._validate import check_bounded_int, check_count, check_tolerance
+
+MAX_RUNS = 100
 
 
 class Deterministic(Check):
@@ -26,10 +29,8 @@ class Deterministic(Check):
     )
 
     def __init__(self, runs: int = 2, atol: float = 0.0) -> None:
-        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-            raise InvalidArgument(f"runs={runs!r} must be an int of at least 2")
-        self.runs = runs
-        self.atol = atol
+        self.runs = check_bounded_int("runs", runs, 2, MAX_RUNS, "each run is a whole training")
+        self.atol = check_tolerance("atol", atol)
         self._first: Evidence | None = None
 
     def observer(self) -> Any:
@@ -135,14 +136,8 @@ class ResumeEquivalence(Check):
     )
 
     def __init__(self, crash_at_step: int | None = None, atol: float = 0.0) -> None:
-        if crash_at_step is not None and (
-            isinstance(crash_at_step, bool)
-            or not isinstance(crash_at_step, int)
-            or crash_at_step < 1
-        ):
-            raise InvalidArgument(f"crash_at_step={crash_at_step!r} must be an int of at least 1")
-        self.crash_at_step = crash_at_step
-        self.atol = atol
+        self.crash_at_step = check_count("crash_at_step", crash_at_step, 1, allow_none=True)
+        self.atol = check_tolerance("atol", atol)
 
     def observer(self) -> Any:
         check = self

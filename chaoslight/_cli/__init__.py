@@ -1,7 +1,8 @@
-"""The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz`` and ``replay``.
+"""The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz``, ``check``, ``replay``.
 
-Usage errors (bad flags, an unreadable or invalid schedule, a missing command) print
-one line and exit 2, never a traceback.
+Usage errors (bad flags, an unreadable or invalid schedule, an argument out of range)
+print one line and exit 2, never a traceback; ``chaoslight run --help`` lists the
+statuses of ``run``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from chaoslight._cli import _catalogue, _fuzz, _run
-from chaoslight._cli._usage import Parser, UsageError
+from chaoslight._cli._arguments import check_arguments
+from chaoslight._cli._usage import USAGE_STATUS, Parser, UsageError
 from chaoslight._schedule import ChaosError
 
 __all__ = ["UsageError", "build_parser", "entry", "main"]
@@ -22,15 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("sites", help="list the injection sites, one line each")
     commands.add_parser("faults", help="list the fault kinds, one line each")
-    run = commands.add_parser(
-        "run",
-        help="run any command with a schedule active in every Python process it starts",
-        description="chaoslight run --schedule FILE -- torchrun --nproc-per-node 2 train.py",
-    )
-    run.add_argument("--schedule", required=True, help="schedule file (JSON or text form)")
-    run.add_argument("--timeout", type=float, default=None, help="kill the job after S seconds")
-    run.add_argument("--events-dir", default=None, help="keep the per-process event logs here")
-    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    _run.add_command(commands)
     _fuzz.add_commands(commands)
     return parser
 
@@ -38,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_arguments(args)
         if args.command == "sites":
             return _catalogue.print_sites()
         if args.command == "faults":
@@ -46,10 +41,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fuzz.fuzz_command(args)
         if args.command == "replay":
             return _fuzz.replay_command_main(args)
+        if args.command == "check":
+            return _fuzz.check_command(args)
         return _run.run_command(args)
-    except (UsageError, ChaosError) as exc:
+    except UsageError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.status
+    except ChaosError as exc:
+        print(f"chaoslight: error: {exc}", file=sys.stderr)
+        return USAGE_STATUS
     except KeyboardInterrupt:
         return 130
 

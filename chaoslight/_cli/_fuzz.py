@@ -1,95 +1,204 @@
-"""``chaoslight fuzz`` and ``chaoslight replay``."""
+"""``chaoslight fuzz``, ``chaoslight check`` and ``chaoslight replay``.
+
+Exit status: 0 nothing found (or a flaky failure only), 1 a reproduced failure (or a
+target that fails with no fault injected), 2 a usage error, 3 an internal error of
+chaoslight itself (a bug to report, never a finding about the target).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from rich.console import Console
 
 from chaoslight._cli._progress import Display
 from chaoslight._schedule import InvalidArgument
-from chaoslight._search import fuzz, replay
-from chaoslight._search._campaign import CLEAN, FLAKY
+from chaoslight._search import DEFAULT_CHECKS, check, fuzz, replay
+from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
+from chaoslight._search._strategies import DEFAULT_KINDS, MODES
+
+EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL = 0, 1, 3
 
 
 def add_commands(commands: Any) -> None:
-    fuzz_parser = commands.add_parser("fuzz", help="search schedules that break TARGET; shrink one")
+    fuzz_parser = commands.add_parser(
+        "fuzz",
+        help="search schedules that break TARGET; shrink and replay one",
+        description="With no options: every fault kind a correct program can meet "
+        f"({', '.join(DEFAULT_KINDS)}), the default checks ({', '.join(DEFAULT_CHECKS)}), "
+        "each run judged by the fault-aware oracle (docs/oracle.md). Exit 0: nothing "
+        "found; 1: a failure; 2: usage error; 3: internal error of chaoslight.",
+    )
     fuzz_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
-    fuzz_parser.add_argument("--world-size", type=int, default=2)
-    fuzz_parser.add_argument("--max-examples", type=int, default=100)
-    fuzz_parser.add_argument("--faults", default=None, help="comma-separated fault kinds")
-    fuzz_parser.add_argument("--sites", default=None, help="comma-separated site names")
-    fuzz_parser.add_argument("--steps", type=int, default=4, help="steps faults may target")
-    fuzz_parser.add_argument("--max-faults", type=int, default=3)
-    fuzz_parser.add_argument("--seed", type=int, default=None)
-    fuzz_parser.add_argument("--timeout", type=float, default=20.0, help="per example, seconds")
-    fuzz_parser.add_argument("--check", action="append", default=[], metavar="NAME")
-    fuzz_parser.add_argument("--mode", choices=("survive", "fail-cleanly"), default=None)
-    fuzz_parser.add_argument("--replays", type=int, default=3)
-    fuzz_parser.add_argument("--out", default="chaoslight-failure.json")
-    fuzz_parser.add_argument("--database", default=None, help="Hypothesis example database dir")
-    fuzz_parser.add_argument("--emit-test", default=None, metavar="PATH")
+    _world_options(fuzz_parser, world_size=2, timeout=20.0)
+    search = fuzz_parser.add_argument_group("search")
+    search.add_argument("--max-examples", type=int, default=100, help="%(default)s")
+    search.add_argument(
+        "--faults",
+        default=None,
+        help=f"comma-separated fault kinds (default: {','.join(DEFAULT_KINDS)})",
+    )
+    search.add_argument("--sites", default=None, help="comma-separated site names")
+    search.add_argument(
+        "--steps", type=int, default=4, help="steps faults may target (%(default)s)"
+    )
+    search.add_argument("--max-faults", type=int, default=3, help="per schedule (%(default)s)")
+    search.add_argument("--seed", type=int, default=None, help="Hypothesis seed")
+    search.add_argument(
+        "--mode",
+        choices=tuple(MODES),
+        default=None,
+        help="deprecated: a filter of fault kinds (survive: benign kinds; fail-cleanly: hard)",
+    )
+    search.add_argument("--replays", type=int, default=3, help="of a failure (%(default)s)")
+    search.add_argument("--database", default=None, help="Hypothesis example database dir")
+    out = fuzz_parser.add_argument_group("output")
+    out.add_argument("--out", default="chaoslight-failure.json", help="%(default)s")
+    out.add_argument("--emit-test", default=None, metavar="PATH", help="write a pytest test")
+
+    check_parser = commands.add_parser(
+        "check", help="run TARGET once with no fault and the default checks"
+    )
+    check_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
+    _world_options(check_parser, world_size=2, timeout=20.0)
 
     replay_parser = commands.add_parser("replay", help="run a failure or schedule file again")
     replay_parser.add_argument("file", help="a failure file from fuzz, or a schedule file")
-    replay_parser.add_argument("target", nargs="?", default=None)
-    replay_parser.add_argument("--world-size", type=int, default=None)
-    replay_parser.add_argument("--timeout", type=float, default=None)
-    replay_parser.add_argument("--check", action="append", default=None, metavar="NAME")
+    replay_parser.add_argument("target", nargs="?", default=None, help="(default: the file's)")
+    replay_parser.add_argument("--world-size", type=int, default=None, help="(the file's)")
+    replay_parser.add_argument("--timeout", type=float, default=None, help="(the file's)")
+    replay_parser.add_argument(
+        "--check", action="append", default=None, metavar="NAME", help="(the file's checks)"
+    )
+
+
+def _world_options(parser: argparse.ArgumentParser, world_size: int, timeout: float) -> None:
+    parser.add_argument("--world-size", type=int, default=world_size, help="ranks (%(default)s)")
+    parser.add_argument(
+        "--timeout", type=float, default=timeout, help="seconds without progress (%(default)s)"
+    )
+    parser.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="add a check to the defaults (repeatable)",
+    )
+    parser.add_argument(
+        "--no-check",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="remove a default check (repeatable)",
+    )
 
 
 def _split(value: str | None) -> list[str] | None:
     return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _checks(args: argparse.Namespace) -> list[str]:
+    unknown = [name for name in args.no_check if name not in DEFAULT_CHECKS]
+    if unknown:
+        raise InvalidArgument(
+            f"--no-check {unknown[0]!r} is not a default check; defaults: "
+            + ", ".join(DEFAULT_CHECKS)
+        )
+    chosen = [name for name in DEFAULT_CHECKS if name not in args.no_check]
+    return chosen + [name for name in args.check if name not in chosen]
+
+
+def _kinds(args: argparse.Namespace) -> list[str] | None:
+    kinds = _split(args.faults)
+    if args.mode is None:
+        return kinds
+    print(
+        f"chaoslight: --mode is deprecated: every run is judged by the oracle; "
+        f"--mode {args.mode} now only keeps the kinds {', '.join(MODES[args.mode])}",
+        file=sys.stderr,
+    )
+    allowed = MODES[args.mode]
+    return [k for k in (kinds or allowed) if k in allowed]
+
+
 def fuzz_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True, markup=False)
-    mode = args.mode
-    kinds = _split(args.faults)
-    if mode is None and kinds is None:
-        mode = "survive"
     result, failure = fuzz(
         args.target,
         world_size=args.world_size,
-        max_examples=args.max_examples,
-        kinds=kinds,
+        checks=_checks(args),
+        faults=_kinds(args),
         sites=_split(args.sites),
         steps=args.steps,
         max_faults=args.max_faults,
+        max_examples=args.max_examples,
         seed=args.seed,
         timeout=args.timeout,
-        checks=args.check,
-        mode=mode,
         replays=args.replays,
         database=args.database,
-        display=Display(f"{args.target} (world size {args.world_size}, {mode or 'survive'})"),
+        display=Display(f"{args.target} (world size {args.world_size})"),
     )
     if result.status == CLEAN:
         console.print(
             f"chaoslight fuzz: no failure in {result.examples} examples ({result.wall_s:.1f} s)"
         )
-        return 0
+        return EXIT_CLEAN
     assert failure is not None and result.schedule is not None
+    _print_result(console, result, failure)
     failure.save(args.out)
-    word = "FLAKY failure (not reproduced by every replay)" if result.status == FLAKY else "failure"
-    console.print(
-        f"chaoslight fuzz: {word} after {result.examples} examples ({result.wall_s:.1f} s)"
-    )
-    console.print("minimal failing schedule:" if result.status != FLAKY else "schedule:")
+    console.print(f"written to {args.out}")
+    console.print(f"replay: {replay_command(args.out, failure)}")
+    if args.emit_test and result.status != INTERNAL:
+        emit_test(failure, args.emit_test)
+        console.print(f"regression test written to {args.emit_test}")
+    return {INTERNAL: EXIT_INTERNAL, FLAKY: EXIT_CLEAN}.get(result.status, EXIT_FOUND)
+
+
+def _print_result(console: Console, result: Result, failure: Failure) -> None:
+    assert result.schedule is not None and result.verdict is not None
+    spent = f"after {result.examples} examples ({result.wall_s:.1f} s)"
+    if result.status == INTERNAL:
+        console.print(f"chaoslight fuzz: INTERNAL ERROR of chaoslight {spent}: not a finding")
+        console.print("  please report it with this output; the schedule that triggered it:")
+    elif result.status == BASELINE:
+        console.print(f"chaoslight fuzz: the target fails with no fault injected {spent}")
+        console.print("no fault needed (empty schedule)")
+    elif result.status == FLAKY:
+        console.print(f"chaoslight fuzz: FLAKY failure (not reproduced by every replay) {spent}")
+        console.print("schedule (not minimal: it does not always fail):")
+    else:
+        console.print(f"chaoslight fuzz: failure {spent}")
+        console.print("minimal failing schedule (every fault in it is needed):")
     for line in result.schedule.to_text().splitlines():
         console.print(f"  {line}")
     console.print(f"failure: {failure.reason}")
-    if result.status == FLAKY:
+    for line in result.verdict.never_fired:
+        console.print(f"note: never fired: {line}")
+    if result.status in (FLAKY, BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")
-    console.print(f"schedule written to {args.out}")
-    console.print(f"replay: {replay_command(args.out, failure)}")
-    if args.emit_test:
-        emit_test(failure, args.emit_test)
-        console.print(f"regression test written to {args.emit_test}")
-    return 1
+
+
+def check_command(args: argparse.Namespace) -> int:
+    verdict, outcome = check(
+        args.target, world_size=args.world_size, checks=_checks(args), timeout=args.timeout
+    )
+    console = Console(highlight=False, soft_wrap=True, markup=False)
+    if verdict.internal:
+        console.print(f"chaoslight check: INTERNAL ERROR of chaoslight: {verdict.reason}")
+        return EXIT_INTERNAL
+    if verdict.failed:
+        console.print(f"chaoslight check: {args.target} fails with no fault injected")
+        console.print(f"failure: {verdict.reason}")
+        return EXIT_FOUND
+    console.print(
+        f"chaoslight check: {args.target} passes on {args.world_size} ranks with no fault "
+        f"({outcome.wall_s:.1f} s; checks: {', '.join(_checks(args))})"
+    )
+    return EXIT_CLEAN
 
 
 def replay_command_main(args: argparse.Namespace) -> int:
@@ -108,10 +217,13 @@ def replay_command_main(args: argparse.Namespace) -> int:
     )
     console = Console(highlight=False, soft_wrap=True, markup=False)
     console.print(outcome.report())
-    for violation in getattr(outcome, "violations", []):
-        console.print(f"check failed: {violation}")
+    for line in verdict.never_fired:
+        console.print(f"note: never fired: {line}")
+    if verdict.internal:
+        console.print(f"replay: INTERNAL ERROR of chaoslight: {verdict.reason}")
+        return EXIT_INTERNAL
+    state = "still fails" if verdict.failed else "passes"
     console.print(
-        f"replay: {'still fails' if verdict.failed else 'passes'} "
-        f"({outcome.status}){': ' + verdict.reason if verdict.reason else ''}"
+        f"replay: {state} ({outcome.status})" + (f": {verdict.reason}" if verdict.failed else "")
     )
-    return 1 if verdict.failed else 0
+    return EXIT_FOUND if verdict.failed else EXIT_CLEAN

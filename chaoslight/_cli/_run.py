@@ -2,41 +2,106 @@
 
 The command runs unchanged (``torchrun``, ``srun``, ``python train.py``) with a
 ``sitecustomize`` on ``PYTHONPATH`` that arms the schedule in each Python process once
-it imports torch. Each process appends its events to a JSON-lines file; at the end the
-logs are merged by time and printed, and the command's exit status is returned.
+it imports torch, then runs the ``sitecustomize`` it shadows, if there is one. Each
+process appends its events to a JSON-lines file; at the end the logs are merged by time
+and printed, and the command's exit status is returned. A deadline (one hour unless
+``--timeout`` says otherwise) bounds every job: at the deadline each Python process is
+asked for its stacks, the whole job is killed, and where each process waited is printed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
+import linecache
 import os
 import signal
-import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from chaoslight._cli._usage import UsageError
+from chaoslight._cli._job import EXIT_TIMEOUT, Ending, Job, Seen, terminate_raises
+from chaoslight._cli._usage import RawDefaultsFormatter, UsageError
 from chaoslight._runtime._autostart import EVENTS_VARIABLE, SCHEDULE_VARIABLE
-from chaoslight._runtime._events import Event, from_jsonl, merge, render_report
-from chaoslight._runtime._proc import kill_tree
+from chaoslight._runtime._dumps import innermost_user_frame, main_thread_frames, remove_empty_dumps
+from chaoslight._runtime._events import Event, merge, render_report
 from chaoslight._schedule._model import Schedule
 
-TIMEOUT_STATUS = 124
+DEFAULT_TIMEOUT_S = 3600.0
+
+EXIT_STATUS_HELP = f"""\
+exit status:
+  N     the command's own exit status, passed through (128+N if signal N killed it)
+  {EXIT_TIMEOUT}   chaoslight killed the job at --timeout, as timeout(1) does; stderr
+        then says where each process was waiting
+  2     usage error: chaoslight refused before starting anything (one line on stderr)
+  126   the command exists but cannot be executed; 127: command not found (as a shell)
+  130   interrupted (Ctrl-C)
+A status from chaoslight itself always comes with a "chaoslight:" line on stderr; if the
+command itself exits {EXIT_TIMEOUT}, chaoslight says it was not its timeout."""
 
 SITECUSTOMIZE = """\
-# Written by `chaoslight run`: arms fault injection in every Python process of the job.
+# Written by `chaoslight run`: arms fault injection in every Python process of the job,
+# then runs the sitecustomize this file shadows (the next one on sys.path), if any.
+import importlib.machinery
+import importlib.util
+import os
 import sys
 
 try:
     from chaoslight._runtime._autostart import arm
+    from chaoslight._runtime._dumps import arm_dumps
 except ImportError as exc:  # a fault silently not injected would look like a pass
     sys.exit(f"chaoslight run: this Python cannot import chaoslight ({exc})")
+arm_dumps()
 arm()
+
+
+def _chain():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)
+
+
+_chain()
 """
+
+
+def add_command(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run any command with a schedule active in every Python process it starts",
+        description="chaoslight run --schedule FILE -- torchrun --nproc-per-node 2 train.py",
+        epilog=EXIT_STATUS_HELP,
+        formatter_class=RawDefaultsFormatter,
+    )
+    run.add_argument(
+        "--schedule", required=True, help="schedule file, JSON or text form (required)"
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"kill the whole job after S seconds, exit status {EXIT_TIMEOUT} "
+        "(default: %(default)g)",
+    )
+    run.add_argument(
+        "--events-dir",
+        default=None,
+        metavar="DIR",
+        help="keep each process's event log and stack dump in DIR, made if missing "
+        "(default: a temporary folder, removed at the end)",
+    )
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -45,23 +110,32 @@ def run_command(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("run needs a command after --, e.g. -- torchrun train.py")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError(f"--timeout={args.timeout} must be positive")
+    timeout = args.timeout  # in range: see _arguments
+    events_dir = None if args.events_dir is None else _events_dir(args.events_dir)
     schedule = Schedule.load(args.schedule)
-    with tempfile.TemporaryDirectory(prefix="chaoslight-run-") as scratch:
-        events_dir = Path(args.events_dir or Path(scratch) / "events")
-        status = _launch(command, schedule, Path(scratch), events_dir, args.timeout)
-        events = read_events(events_dir)
-    console = Console(stderr=True, highlight=False, markup=False)
-    console.print(render_report(events, reached=Counter()), soft_wrap=True)
-    if status == TIMEOUT_STATUS:
-        console.print(f"chaoslight: the command ran past --timeout={args.timeout:g} s: killed")
-    return status
+    console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    with tempfile.TemporaryDirectory(prefix="chaoslight-run-") as scratch, terminate_raises():
+        folder = events_dir or Path(scratch) / "events"
+        folder.mkdir(exist_ok=True)
+        ending = Job(command, _environment(schedule, Path(scratch), folder), folder).run(timeout)
+        events, truncated, malformed = read_events(folder)
+        remove_empty_dumps(folder)
+    console.print(render_report(events, reached=Counter()))
+    for line in _notes(ending, events, truncated, malformed, timeout, events_dir):
+        console.print(f"chaoslight: {line}")
+    return ending.status
 
 
-def _launch(
-    command: list[str], schedule: Schedule, scratch: Path, events_dir: Path, timeout: float | None
-) -> int:
+def _events_dir(value: str) -> Path:
+    folder = Path(value)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--events-dir={value!r} cannot be made: {exc.strerror}") from None
+    return folder
+
+
+def _environment(schedule: Schedule, scratch: Path, events_dir: Path) -> dict[str, str]:
     hook_dir = scratch / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -71,30 +145,104 @@ def _launch(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook_dir), env.get("PYTHONPATH")]))
     env[SCHEDULE_VARIABLE] = str(schedule_file)
     env[EVENTS_VARIABLE] = str(events_dir)
-    try:
-        process = subprocess.Popen(command, env=env, start_new_session=True)
-    except FileNotFoundError:
-        raise UsageError(f"command not found: {command[0]}") from None
-    try:
-        return process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        return TIMEOUT_STATUS
-    except BaseException:
-        _kill_group(process)
-        raise
+    return env
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    kill_tree(process.pid)  # ranks may sit in sessions of their own: kill the whole tree
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-
-def read_events(events_dir: Path) -> list[Event]:
-    """Every process's events from ``events-*.jsonl`` in the folder, merged by time."""
+def read_events(events_dir: Path) -> tuple[list[Event], int, int]:
+    """Every process's events from ``events-*.jsonl``, merged by time; and how many lines
+    were skipped: truncated (a process killed mid-write) and otherwise malformed."""
     events: list[Event] = []
+    truncated = malformed = 0
     for path in sorted(events_dir.glob("events-*.jsonl")):
-        events += from_jsonl(path.read_text())
-    return merge(events)
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        for number, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                events.append(Event.from_dict(json.loads(line)))
+            except (ValueError, TypeError):
+                if number == len(lines) - 1:  # no newline after it: cut short
+                    truncated += 1
+                else:
+                    malformed += 1
+    return merge(events), truncated, malformed
+
+
+def _notes(
+    ending: Ending,
+    events: list[Event],
+    truncated: int,
+    malformed: int,
+    timeout: float,
+    events_dir: Path | None,
+) -> list[str]:
+    notes = []
+    if truncated:
+        notes.append(f"{_count(truncated, 'truncated event line')} skipped (killed mid-write)")
+    if malformed:
+        notes.append(f"{_count(malformed, 'malformed event line')} skipped")
+    if ending.timed_out:
+        notes.append(f"the command ran past --timeout={timeout:g} s; where each process was:")
+        notes += ["  " + describe(seen, events) for seen in ending.seen]
+        if events_dir is not None:
+            notes.append(f"  every thread's stack: {events_dir}/stacks-PID.txt")
+        notes.append(f"killed the job: exit status {EXIT_TIMEOUT} (timeout)")
+    elif ending.killed_by is not None:
+        notes.append(
+            f"the command was killed by signal {ending.killed_by} "
+            f"({_signal_name(ending.killed_by)}): exit status {ending.status}"
+        )
+    elif ending.status == EXIT_TIMEOUT:
+        notes.append(f"the command itself exited {EXIT_TIMEOUT}: not chaoslight's timeout")
+    if ending.leftovers:
+        pids = ", ".join(map(str, ending.leftovers))
+        notes.append(f"killed {_count(len(ending.leftovers), 'process')} left behind: {pids}")
+    if ending.unreaped:
+        notes.append("the command did not exit even after SIGKILL (stuck in the kernel?)")
+    return notes
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
+
+
+def _count(n: int, noun: str) -> str:
+    plural = "es" if noun.endswith("s") else "s"
+    return f"{n} {noun}{'' if n == 1 else plural}"
+
+
+def describe(seen: Seen, events: list[Event]) -> str:
+    """``pid 123 (rank 1, python3): last at dist.all_reduce #4 step 1; waits in ...``."""
+    own = [e for e in events if e.pid == seen.pid]
+    rank = own[-1].rank if own else seen.rank
+    label = f"pid {seen.pid} ({'' if rank is None else f'rank {rank}, '}{seen.name})"
+    parts = [_last_event(own[-1]) if own else "no events"]
+    if not seen.armed:
+        parts.append("not a Python process of the job: no stacks")
+    elif not seen.dump.strip():
+        parts.append("gave no stacks in time")
+    else:
+        parts.append(_position(seen.dump))
+    return f"{label}: " + "; ".join(parts)
+
+
+def _last_event(event: Event) -> str:
+    text = f"last at {event.site}" + (f" #{event.call}" if event.call else "")
+    text += "" if event.step is None else f" step {event.step}"
+    return text + (f" ({event.kind} {event.fault})" if event.fault else f" ({event.kind})")
+
+
+def _position(dump: str) -> str:
+    frames = main_thread_frames(dump)
+    user = innermost_user_frame(frames)
+    if user is None:
+        return f"innermost frame {frames[0].where()}" if frames else "no Python frame"
+    code = linecache.getline(user.filename, user.lineno).strip()
+    text = f"waits in {user.where()}" + (f": {code}" if code else "")
+    if frames[0] is not user:
+        text += f" [innermost: {frames[0].where()}]"
+    return text

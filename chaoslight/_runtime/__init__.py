@@ -9,10 +9,12 @@ from chaoslight._runtime._context import current_rank, step_of
 from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
 from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
 from chaoslight._runtime._inject import Injection, Run, ScheduleLike, active, as_schedule, inject
+from chaoslight._runtime._protocol import CHECK_FACTORIES, as_checks, check_from_name
 from chaoslight._runtime._stacks import PROGRESS_SITES, HangReport, Position
 from chaoslight._runtime._watchdog import HangDetected, Watchdog
 
 __all__ = [
+    "CHECK_FACTORIES",
     "FIRED",
     "NOTE",
     "OBSERVATION",
@@ -31,7 +33,9 @@ __all__ = [
     "Violation",
     "Watchdog",
     "active",
+    "as_checks",
     "as_schedule",
+    "check_from_name",
     "current_rank",
     "inject",
     "step_of",

@@ -50,7 +50,9 @@ def start() -> Any:
     if events_dir:
         Path(events_dir).mkdir(parents=True, exist_ok=True)
         events_file = Path(events_dir) / f"events-{os.getpid()}.jsonl"
-    injection = inject(schedule, events_file=events_file)
+    # Every process of a `chaoslight run` job is one of the job's own: a Crash kills
+    # that process, as a lost node does, and never the user's test session.
+    injection = inject(schedule, events_file=events_file, allow_crash=True)
     injection.from_environment = True
     injection.__enter__()
     _started = injection
@@ -59,10 +61,19 @@ def start() -> Any:
 
 
 def stop() -> None:
+    """End the environment's injection (if started) and remove the import hook (if armed)."""
     global _started
+    disarm()
     if _started is not None:
         injection, _started = _started, None
+        atexit.unregister(stop)
         injection.__exit__(None, None, None)
+
+
+def disarm() -> None:
+    """Take our torch-import hook out of ``sys.meta_path``, if torch never came."""
+    for finder in [f for f in sys.meta_path if isinstance(f, _AfterTorchImport)]:
+        sys.meta_path.remove(finder)
 
 
 class _AfterTorchImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -93,5 +104,5 @@ def arm() -> None:
         return
     if "torch" in sys.modules:
         start()
-    else:
-        sys.meta_path.insert(0, _AfterTorchImport())
+    elif not any(isinstance(f, _AfterTorchImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterTorchImport())  # stop() takes it out again

@@ -23,15 +23,27 @@ class _ChaosCallbackMixin:
                 engine.saw_trainer(trainer)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        self._exit()
+        self._exit(None)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._exit()
+        """The fit failed: the checks judge a failed run, and the fit's error stays the error.
 
-    def _exit(self) -> None:
+        Lightning re-raises ``exception`` after this hook, but only if the hook itself
+        does not raise: an error of ours (a check's ``exit()``) is attached to it as a
+        note instead of replacing it.
+        """
+        try:
+            self._exit(exception)
+        except Exception as ours:
+            if hasattr(exception, "add_note"):  # Python 3.11+
+                exception.add_note(f"chaoslight: while exiting: {type(ours).__name__}: {ours}")
+
+    def _exit(self, exception: BaseException | None) -> None:
         if self._entered:
             self._entered = False
-            self._injection.__exit__(None, None, None)
+            kind = type(exception) if exception is not None else None
+            traceback = exception.__traceback__ if exception is not None else None
+            self._injection.__exit__(kind, exception, traceback)
 
 
 ChaosCallback = type(

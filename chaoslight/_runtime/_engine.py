@@ -37,6 +37,8 @@ from chaoslight._sites._reorder import NATURAL
 
 _ABORTING = (OOM, Raise, Crash)
 
+Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
+
 
 def exception_class(name: str) -> type[BaseException]:
     """Resolve a Raise fault's exception name (builtin or ``module:QualName``)."""
@@ -70,7 +72,14 @@ class Engine:
         # Observed sites are routed here without faults so a watchdog can see progress.
         self.armed = schedule.sites | observe
         self.last_activity = time.monotonic()
-        self.in_progress: list[tuple[str, int, int | None]] = []  # (site, call #, step)
+        # Per thread, the sites it is inside, by thread ident (a watchdog reads another
+        # thread's): a DataLoader worker thread or a user thread calling a site must
+        # neither see the main thread's sites as its own (and skip its faults) nor pop
+        # the main thread's entries.
+        self._stacks: dict[int, list[Progress]] = {}
+        # Counting and deciding happen under this lock, so calls from several threads are
+        # all counted; it is never held while the wrapped call runs.
+        self._lock = threading.RLock()
         self.by_site: dict[str, list[tuple[int, Fault]]] = {}
         for index, fault in enumerate(schedule.faults):
             self.by_site.setdefault(fault.site, []).append((index, fault))
@@ -91,8 +100,7 @@ class Engine:
         self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
-        self._inside: set[str] = set()
-        self._local = _ThreadDepth()
+        self._local = _PerThread(self._stacks)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
 
     # -- context ----------------------------------------------------------------------
@@ -118,6 +126,15 @@ class Engine:
         """A context in which chaoslight's own torch calls pass through every site."""
         return _Internal(self._local)
 
+    @property
+    def in_progress(self) -> list[Progress]:
+        """The sites the main thread is inside, outermost first: (site, call #, step)."""
+        return self.in_progress_of(threading.main_thread().ident)
+
+    def in_progress_of(self, thread_id: int | None) -> list[Progress]:
+        """The sites thread ``thread_id`` is inside, outermost first (a copy)."""
+        return list(self._stacks.get(thread_id or 0, ()))
+
     # -- the hot path -----------------------------------------------------------------
     def call(
         self,
@@ -128,29 +145,37 @@ class Engine:
         kwargs: dict[str, Any],
         behaviour: Behaviour,
     ) -> Any:
-        if site in self._inside or self._local.depth:
-            return wrapped(*args, **kwargs)  # nested (super() chains) or chaoslight's own call
+        __tracebackhide__ = True
+        local = self._local
+        if local.depth or site in local.inside:
+            return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
         rank, step = current_rank(self.environment_rank), self.step()
         if behaviour.step_of is not None:
             step = behaviour.step_of(self.trainer, instance, step)
-        if self.ledger.holds:
-            self._release_due(rank, step)
-        self.calls[site] += 1
-        if site in self.counts_in_step:
-            self.calls_in_step[(site, step)] += 1
-        self.reached[(site, rank)] += 1
-        firing, reorder = self._match(site, rank, step) if site in self.by_site else ([], None)
-        self._inside.add(site)
+        with self._lock:
+            if self.ledger.holds:
+                self._release_due(rank, step)
+            call = self._count(site, rank, step)
+            firing, reorder = self._match(site, rank, step) if site in self.by_site else ([], None)
+        local.inside.add(site)
+        local.stack.append((site, call, step))
         self.last_activity = time.monotonic()  # a watchdog reads these two
-        self.in_progress.append((site, self.calls[site], step))
         try:
             if not firing and reorder is None:
                 return wrapped(*args, **kwargs)
             return self._fire(site, rank, step, firing, reorder, wrapped, args, kwargs, behaviour)
         finally:
-            self._inside.discard(site)
-            self.in_progress.pop()
+            local.inside.discard(site)
+            local.stack.pop()
             self.last_activity = time.monotonic()
+
+    def _count(self, site: str, rank: int, step: int | None) -> int:
+        """Count one call of ``site``; its call number on this rank."""
+        self.calls[site] += 1
+        if site in self.counts_in_step:
+            self.calls_in_step[(site, step)] += 1
+        self.reached[(site, rank)] += 1
+        return self.calls[site]
 
     def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:
         firing: list[Fault] = []
@@ -190,7 +215,8 @@ class Engine:
         kwargs: dict[str, Any],
         behaviour: Behaviour,
     ) -> Any:
-        call = self.calls[site]
+        __tracebackhide__ = True
+        call = self._local.stack[-1][1]
         skip = False
         for fault in faults:
             self.record(FIRED, site, rank, step, str(fault), call)
@@ -242,7 +268,8 @@ class Engine:
 
     # -- sync points and budget --------------------------------------------------------
     def sync_point(self) -> None:
-        error, self.pending_oom = self.pending_oom, None
+        with self._lock:  # one thread takes a deferred OOM, exactly once
+            error, self.pending_oom = self.pending_oom, None
         if error is not None:
             self.record(SURFACED, "sync", current_rank(), self.step(), "", detail=str(error)[:80])
             raise error
@@ -265,10 +292,11 @@ class Engine:
         event = Event(
             kind, site, rank, step, time.monotonic(), time.time(), fault, call, detail, os.getpid()
         )
-        self.events.append(event)
-        if self._sink is not None:
-            self._sink.write(json.dumps(event.to_dict()) + "\n")
-            self._sink.flush()  # reaches the kernel now, so it survives a SIGKILL
+        with self._lock:  # one whole line per event, whichever thread records it
+            self.events.append(event)
+            if self._sink is not None:
+                self._sink.write(json.dumps(event.to_dict()) + "\n")
+                self._sink.flush()  # reaches the kernel now, so it survives a SIGKILL
 
     def close(self) -> None:
         if self.pending_oom is not None:
@@ -285,16 +313,27 @@ class Engine:
         self._close_sink()
 
     def _close_sink(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
-            self._sink = None
+        with self._lock:
+            if self._sink is not None:
+                self._sink.close()
+                self._sink = None
 
 
-class _ThreadDepth(threading.local):
-    """How deep this thread is in chaoslight's own calls (0 in a thread that never was):
-    a class default, as a missing attribute costs an exception on every lookup."""
+class _PerThread(threading.local):
+    """One thread's view: how deep it is in chaoslight's own calls (``depth``), the sites
+    it is inside (``inside``) and their entries (``stack``, outermost first).
+
+    ``depth`` is a class default, as a missing attribute costs an exception on every
+    lookup; the others are made per thread, and the stack registered by thread ident so
+    that another thread (a watchdog) can read it.
+    """
 
     depth = 0
+
+    def __init__(self, stacks: dict[int, list[Progress]]) -> None:
+        self.inside: set[str] = set()
+        self.stack: list[Progress] = []
+        stacks[threading.get_ident()] = self.stack
 
 
 class _Internal:

@@ -14,8 +14,13 @@ from chaoslight._runtime._engine import Engine
 from chaoslight._runtime._events import FIRED, Event, render_report, to_jsonl
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
 from chaoslight._runtime._protocol import as_checks, enter_checks, exit_checks, observed_sites
-from chaoslight._schedule._errors import CheckFailed, InjectionActive, InvalidArgument
-from chaoslight._schedule._faults import OOM, Fault
+from chaoslight._schedule._errors import (
+    CheckFailed,
+    InjectionActive,
+    InvalidArgument,
+    InvalidSchedule,
+)
+from chaoslight._schedule._faults import OOM, Crash, Fault
 from chaoslight._schedule._model import Schedule
 
 _LOCK = threading.Lock()
@@ -39,6 +44,18 @@ def as_schedule(schedule: ScheduleLike) -> Schedule:
     raise InvalidArgument(
         f"schedule={schedule!r} must be a Schedule, a fault, a list of faults or text"
     )
+
+
+def refuse_crashes(schedule: Schedule, allow_crash: Any) -> None:
+    """A Crash kills the process it fires in: in-process, the user's pytest session too."""
+    if not isinstance(allow_crash, bool):
+        raise InvalidArgument(f"allow_crash={allow_crash!r} must be True or False")
+    crash = next((fault for fault in schedule if isinstance(fault, Crash)), None)
+    if crash is not None and not allow_crash:
+        raise InvalidSchedule(
+            f"{crash} would kill this process (the pytest session with it): run crashes "
+            "in a chaoslight.World, or pass inject(..., allow_crash=True)"
+        )
 
 
 class Run:
@@ -75,8 +92,10 @@ class Injection:
         checks: Iterable[Any] = (),
         judge: bool = True,
         resume_from: str | None = None,
+        allow_crash: bool = False,
     ) -> None:
         self.schedule = as_schedule(schedule)
+        refuse_crashes(self.schedule, allow_crash)
         self.judge = judge  # False in a World's rank: the parent judges all ranks together
         self.events_file = events_file
         self.checks = as_checks(checks)
@@ -157,18 +176,21 @@ class Injection:
             raise CheckFailed(self.run.violations)
 
     def _teardown(self) -> None:
+        """Unpatch, close the engine and mark nothing active, whatever fails on the way."""
         global _ACTIVE
+        _sites.STATE.dispatcher = None
         try:
-            _sites.STATE.dispatcher = None
             _sites.uninstall(self._patches)
-            if self._engine is not None:
-                self._engine.close()
-                self.run.events = list(self._engine.events)
-                self.run.reached = Counter(self._engine.reached)
         finally:
-            with _LOCK:
-                if _ACTIVE is self:
-                    _ACTIVE = None
+            try:
+                if self._engine is not None:
+                    self._engine.close()
+                    self.run.events = list(self._engine.events)
+                    self.run.reached = Counter(self._engine.reached)
+            finally:
+                with _LOCK:
+                    if _ACTIVE is self:
+                        _ACTIVE = None
 
     @property
     def engine(self) -> Engine | None:
@@ -183,6 +205,7 @@ def inject(
     checks: Iterable[Any] = (),
     judge: bool = True,
     resume_from: str | None = None,
+    allow_crash: bool = False,
 ) -> Injection:
     """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
 
@@ -198,9 +221,11 @@ def inject(
     only records the checks' observations (a World's parent judges all ranks at once).
     Checks may be given by name (``checks=["replicas-in-sync"]``). ``resume_from`` makes
     a ``fit`` that passes no ``ckpt_path`` resume from that checkpoint, as a restarted
-    job does.
+    job does. A ``Crash`` kills the process it fires in, so a schedule holding one is
+    refused (``InvalidSchedule``) unless ``allow_crash=True``: run crashes in a
+    ``chaoslight.World``, whose ranks are processes of their own.
     """
-    return Injection(schedule, events_file, observe, checks, judge, resume_from)
+    return Injection(schedule, events_file, observe, checks, judge, resume_from, allow_crash)
 
 
 def active() -> Injection | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ def simulated_oom(
     return torch.OutOfMemoryError(message)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: comparing tensors field by field is an error
 class Hold:
     tensor: Any
     nbytes: int
@@ -52,15 +53,21 @@ class MemoryLedger:
         self.used = 0
         self.holds: list[Hold] = []
         self._rank_of = rank_of
+        # Tensors are freed (and give their bytes back) in whichever thread drops them.
+        self._lock = threading.RLock()
 
     def charge(self, nbytes: int, cause: str) -> None:
         """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
-        if self.budget is not None and self.used + nbytes > self.budget.limit_bytes:
-            raise simulated_oom(nbytes, self._rank_of(), cause, self.used, self.budget.limit_bytes)
-        self.used += nbytes
+        with self._lock:
+            if self.budget is None or self.used + nbytes <= self.budget.limit_bytes:
+                self.used += nbytes
+                return
+            used, limit = self.used, self.budget.limit_bytes
+        raise simulated_oom(nbytes, self._rank_of(), cause, used, limit)
 
     def give_back(self, nbytes: int) -> None:
-        self.used -= nbytes
+        with self._lock:
+            self.used -= nbytes
 
     def track(self, tensor: Any) -> None:
         """A tensor made by a factory function counts against the budget while it lives."""
@@ -81,21 +88,25 @@ class MemoryLedger:
         except BaseException:
             self.give_back(nbytes)
             raise
-        self.holds.append(Hold(tensor, nbytes, release_step, fault))
+        with self._lock:
+            self.holds.append(Hold(tensor, nbytes, release_step, fault))
 
     def release_due(self, step: int | None) -> list[Hold]:
         if not self.holds or step is None:
             return []
-        due = [h for h in self.holds if h.release_step is not None and h.release_step <= step]
-        for hold in due:
-            self._release(hold)
+        with self._lock:
+            due = [h for h in self.holds if h.release_step is not None and h.release_step <= step]
+            self._release(due)
         return due
 
     def release_all(self) -> None:
-        for hold in list(self.holds):
-            self._release(hold)
+        with self._lock:
+            self._release(list(self.holds))
 
-    def _release(self, hold: Hold) -> None:
-        self.holds.remove(hold)
-        self.give_back(hold.nbytes)
-        hold.tensor = None
+    def _release(self, holds: list[Hold]) -> None:
+        """Drop these holds (by identity: two holds of one size are still two holds)."""
+        gone = {id(hold) for hold in holds}
+        self.holds = [hold for hold in self.holds if id(hold) not in gone]
+        for hold in holds:
+            self.give_back(hold.nbytes)
+            hold.tensor = None

@@ -1,8 +1,8 @@
 """Process-tree helpers: nothing chaoslight starts may outlive it.
 
 Launchers (torchrun, Lightning's ddp launcher) may put ranks in sessions of their own,
-so killing a process group is not enough: the whole tree is found through ``/proc``
-and killed with SIGKILL, since a stuck gloo rank ignores SIGTERM.
+so killing a process group is not enough: the whole tree is found with psutil and
+killed with SIGKILL, since a stuck gloo rank ignores SIGTERM.
 """
 
 from __future__ import annotations
@@ -10,38 +10,80 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from pathlib import Path
+import time
+from collections.abc import Iterable
 
+import psutil
 
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: the ppid follows the last ')'.
-    return int(stat.rsplit(")", 1)[1].split()[1])
+# What a process can do while we look at it: end, or belong to someone we may not inspect.
+_GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 
 
 def descendants(pid: int) -> list[int]:
     """Every living process below ``pid`` (children, grandchildren, ...)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            parent = _parent_of(int(entry.name))
-            if parent is not None:
-                parents[int(entry.name)] = parent
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        children = [child for child, parent in parents.items() if parent == current]
-        found += children
-        frontier += children
-    return found
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except _GONE:
+        return []
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a process that has not yet exited (a zombie has)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except _GONE:
+        return False
+
+
+def name_of(pid: int) -> str:
+    """The process's name (``python3``, ``torchrun``), or ``?`` once it is gone."""
+    try:
+        return str(psutil.Process(pid).name())
+    except _GONE:
+        return "?"
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """The process's environment, or an empty dict where it cannot be read."""
+    try:
+        return dict(psutil.Process(pid).environ())
+    except (*_GONE, OSError):
+        return {}
+
+
+def group_members(pgid: int) -> list[int]:
+    """The living processes of process group ``pgid`` (what a finished job left behind)."""
+    members = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid and alive(pid):
+                members.append(pid)
+    return members
 
 
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and everything below it; missing processes are ignored."""
-    for target in [*descendants(pid), pid]:
+    kill_all([*descendants(pid), pid])
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """SIGKILL each of ``pids``; missing processes are ignored."""
+    for target in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(target, signal.SIGKILL)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid`` (a job's leftovers); a missing group is ignored."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
+    """Wait up to ``timeout`` s for ``pids`` to exit; return those still alive."""
+    deadline = time.monotonic() + timeout
+    left = [pid for pid in pids if alive(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [pid for pid in left if alive(pid)]
+    return left

@@ -187,12 +187,12 @@ def active_engine() -> Any:
 def snapshot(thread_id: int | None = None, since: float | None = None) -> Position:
     """Where the main thread (or ``thread_id``) is now, from the active engine and its frame."""
     engine = active_engine()
+    ident = thread_id if thread_id is not None else threading.main_thread().ident
     sites: tuple[tuple[str, int, int | None], ...] = (
-        tuple(engine.in_progress) if engine is not None else ()
+        tuple(engine.in_progress_of(ident)) if engine is not None else ()
     )
     last = engine.last_activity if engine is not None else time.monotonic()
     idle = time.monotonic() - max(last, since or last)
-    ident = thread_id if thread_id is not None else threading.main_thread().ident
     innermost = sys._current_frames().get(ident or 0)
     frame = user_frame(innermost)
     inner = None

@@ -38,9 +38,18 @@ class HangDetected(ChaosError):
 
 # -- interrupting the main thread ---------------------------------------------------------
 class _Interrupts:
-    pending: Watchdog | None = None
-    previous: Any = None
-    installed = False
+    """The process-wide SIGUSR2 handler, shared by every watchdog that can interrupt.
+
+    It is installed when the first such watchdog arms and the handler that was there
+    before is put back when the last one stops (after its thread has ended, so no
+    interrupt of ours can arrive under a handler that would kill the process).
+    """
+
+    def __init__(self) -> None:
+        self.pending: Watchdog | None = None
+        self.previous: Any = None  # the handler ours replaced
+        self.installed = False
+        self.users: list[Watchdog] = []  # the watchdogs that may interrupt, while armed or not
 
 
 _INTERRUPTS = _Interrupts()
@@ -54,13 +63,38 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         _INTERRUPTS.previous(signum, frame)
 
 
-def _install_handler() -> None:
-    if _INTERRUPTS.installed:
+def _install_handler(dog: Watchdog) -> None:
+    if any(user is dog for user in _INTERRUPTS.users):
+        return
+    if not _INTERRUPTS.installed:
+        if threading.current_thread() is not threading.main_thread():
+            raise InvalidArgument(
+                "a Watchdog with interrupt_after must be started in the main thread"
+            )
+        _INTERRUPTS.previous = signal.signal(INTERRUPT_SIGNAL, _on_signal)
+        _INTERRUPTS.installed = True
+    _INTERRUPTS.users.append(dog)
+
+
+def _release_handler(dog: Watchdog) -> None:
+    """``dog`` no longer interrupts; the last one out puts the previous handler back.
+
+    Only if ours is still the handler: one installed after ours (which may forward to
+    ours) is left alone. Ours stays where nothing can be restored, outside the main
+    thread (Python sets handlers only there) or when the old handler was set outside
+    Python; with nothing pending it forwards a signal to the old handler, if it can.
+    """
+    _INTERRUPTS.users = [user for user in _INTERRUPTS.users if user is not dog]
+    if _INTERRUPTS.users or not _INTERRUPTS.installed:
         return
     if threading.current_thread() is not threading.main_thread():
-        raise InvalidArgument("a Watchdog with interrupt_after must be started in the main thread")
-    _INTERRUPTS.previous = signal.signal(INTERRUPT_SIGNAL, _on_signal)
-    _INTERRUPTS.installed = True
+        return
+    if _INTERRUPTS.previous is None:
+        return  # the old handler was set outside Python (None): it cannot be put back
+    if signal.getsignal(INTERRUPT_SIGNAL) is _on_signal:
+        signal.signal(INTERRUPT_SIGNAL, _INTERRUPTS.previous)
+        _INTERRUPTS.previous = None
+    _INTERRUPTS.installed = False
 
 
 class Watchdog:
@@ -127,18 +161,20 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
-        """Disarm it and end its thread."""
+        """Disarm it, end its thread, and put back the signal handler it installed."""
         self.disarm()
         self._halt.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
+        if self._thread is None or not self._thread.is_alive():
+            _release_handler(self)  # its thread is gone: no interrupt of ours can follow
 
     def arm(self, timeout: float | None = None) -> None:
         """Watch afresh from now: a new report, and optionally a new timeout."""
         if timeout is not None:
             self._set_timeout(timeout)
         if self.interrupt_after is not None:
-            _install_handler()
+            _install_handler(self)
         self.report, self._interrupt_at = None, None
         self._started = time.monotonic()
         self._next_tick = self._started + self.tick_every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chaoslight._schedule._validate import check_int
+from chaoslight._schedule._validate import check_bytes
 
 DEFAULT_MIN_TRACKED_BYTES = 2**20
 
@@ -23,5 +23,5 @@ class MemoryBudget:
     min_tracked_bytes: int = DEFAULT_MIN_TRACKED_BYTES
 
     def __post_init__(self) -> None:
-        check_int("limit_bytes", self.limit_bytes, 1)
-        check_int("min_tracked_bytes", self.min_tracked_bytes, 1)
+        check_bytes("limit_bytes", self.limit_bytes)
+        check_bytes("min_tracked_bytes", self.min_tracked_bytes)

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import builtins
 import math
+import signal as _signals  # the Crash class's accepted signals
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from chaoslight._schedule._catalog import REDUCTION, RESULT, SITES, SYNC
 from chaoslight._schedule._encode import fault_to_text
 from chaoslight._schedule._errors import InvalidArgument, suggest
-from chaoslight._schedule._validate import check_choice, check_int
+from chaoslight._schedule._validate import (
+    COUNT_WHY,
+    MAX_COUNT,
+    MAX_RANK,
+    RANK_WHY,
+    check_bytes,
+    check_choice,
+    check_int,
+    check_optional_bounded_int,
+)
 
 REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied", "compressed")
 CORRUPT_VALUES = ("nan", "inf", "-inf")
@@ -55,10 +65,10 @@ class Fault:
                 f"{self.kind} cannot fire at site={self.site!r}: it needs a {self.needs} site "
                 f"({', '.join(able[:6])}, ...)"
             )
-        check_int("rank", self.rank, 0, allow_none=True)
-        check_int("step", self.step, 0, allow_none=True)
-        check_int("nth", self.nth, 1, allow_none=True)
-        check_int("times", self.times, 1, allow_none=True)
+        check_optional_bounded_int("rank", self.rank, 0, MAX_RANK, RANK_WHY)
+        check_optional_bounded_int("step", self.step, 0, MAX_COUNT, COUNT_WHY)
+        check_optional_bounded_int("nth", self.nth, 1, MAX_COUNT, COUNT_WHY)
+        check_optional_bounded_int("times", self.times, 1, MAX_COUNT, COUNT_WHY)
         self._validate()
 
     def _validate(self) -> None:
@@ -110,7 +120,7 @@ class OOM(Fault):
     deferred: bool = False
 
     def _validate(self) -> None:
-        check_int("nbytes", self.nbytes, 1)
+        check_bytes("nbytes", self.nbytes)
         if not isinstance(self.deferred, bool):
             raise InvalidArgument(f"deferred={self.deferred!r} must be True or False")
 
@@ -128,8 +138,8 @@ class Allocate(Fault):
     hold_steps: int | None = 1
 
     def _validate(self) -> None:
-        check_int("nbytes", self.nbytes, 1)
-        check_int("hold_steps", self.hold_steps, 1, allow_none=True)
+        check_bytes("nbytes", self.nbytes)
+        check_optional_bounded_int("hold_steps", self.hold_steps, 1, MAX_COUNT, COUNT_WHY)
 
 
 @dataclass(frozen=True)
@@ -215,9 +225,12 @@ class Raise(Fault):
                 "'module:QualName' for others"
                 + suggest(self.exception, [n for n in vars(builtins) if n[0].isupper()])
             )
-        if not isinstance(self.args, tuple) or not all(
-            isinstance(a, (str, int, float, bool)) or a is None for a in self.args
-        ):
+        if not isinstance(self.args, tuple):
+            raise InvalidArgument(
+                f"args={self.args!r} must be a tuple or list of the exception's arguments, "
+                f"e.g. args=(28, 'No space left on device')"
+            )
+        if not all(isinstance(a, (str, int, float, bool)) or a is None for a in self.args):
             raise InvalidArgument(f"args={self.args!r} must hold only str, int, float, bool, None")
 
 
@@ -240,13 +253,40 @@ class Corrupt(Fault):
 
 @dataclass(frozen=True)
 class Crash(Fault):
-    """Kill this rank's process at the site, as a lost node does (SIGKILL by default)."""
+    """Kill this rank's process at the site, as a lost node does (SIGKILL by default).
+
+    ``signal`` is one of the signals that end a process the way a crash does, by number
+    (as this platform numbers them; on Linux): SIGKILL 9 (a lost node, the OOM killer),
+    SIGTERM 15 (preemption, a scheduler's kill), SIGABRT 6 (an abort, a failed assert in
+    native code), SIGSEGV 11 and SIGBUS 7 (a native crash). Others are refused: SIGINT
+    is a ``KeyboardInterrupt``, not a crash; chaoslight's watchdog owns SIGUSR2; 0 sends
+    nothing. A Crash kills the process it fires in, so ``inject()`` refuses it unless
+    given ``allow_crash=True``: run crashes in a ``chaoslight.World``.
+    """
 
     kind: ClassVar[str] = "crash"
+    # Accepted signals, number -> name, in the order the error message lists them.
+    SIGNALS: ClassVar[dict[int, str]] = {
+        int(getattr(_signals, name)): name
+        for name in ("SIGKILL", "SIGTERM", "SIGABRT", "SIGSEGV", "SIGBUS")
+        if hasattr(_signals, name)
+    }
+    _WHY_NOT: ClassVar[dict[int, str]] = {
+        int(_signals.SIGINT): " (SIGINT is a KeyboardInterrupt, not a crash)",
+        int(getattr(_signals, "SIGUSR2", -1)): " (SIGUSR2 is chaoslight's watchdog interrupt)",
+    }
     signal: int = 9
 
     def _validate(self) -> None:
-        check_int("signal", self.signal, 1)
+        if isinstance(self.signal, bool) or not isinstance(self.signal, int):
+            check_int("signal", self.signal, 0)  # raises the shared wrong-type message
+        if self.signal not in self.SIGNALS:
+            accepted = ", ".join(f"{name} {number}" for number, name in self.SIGNALS.items())
+            why = self._WHY_NOT.get(self.signal, "")
+            raise InvalidArgument(
+                f"signal={self.signal} is not a crash signal{why}; accepted: {accepted}"
+            )
+        object.__setattr__(self, "signal", int(self.signal))  # signal.SIGTERM -> 15
 
 
 FAULT_KINDS: dict[str, type[Fault]] = {

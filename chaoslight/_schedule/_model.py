@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._schedule._budget import MemoryBudget
-from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule
 from chaoslight._schedule._faults import Fault
 from chaoslight._schedule._textform import (
     fault_from_dict,
@@ -19,6 +19,7 @@ from chaoslight._schedule._textform import (
     schedule_to_text,
     wrap,
 )
+from chaoslight._schedule._validate import read_text_file
 
 SCHEMA_VERSION = 1
 
@@ -39,7 +40,7 @@ class Schedule:
     ) -> None:
         if isinstance(faults, Fault):
             faults = (faults,)
-        items = tuple(faults)
+        items = _fault_items(faults)
         for index, fault in enumerate(items):
             if not isinstance(fault, Fault):
                 raise InvalidSchedule(
@@ -108,6 +109,7 @@ class Schedule:
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:
+        _check_str(text, "JSON")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -135,21 +137,38 @@ class Schedule:
     @classmethod
     def load(cls, path: str | Path) -> Schedule:
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise InvalidSchedule(
-                f"cannot read schedule file {str(path)!r}: {exc.strerror}"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise InvalidSchedule(
-                f"cannot read schedule file {str(path)!r}: not UTF-8 text (byte {exc.start})"
-            ) from None
+            text = read_text_file("schedule file", path)
+        except InvalidArgument as exc:
+            raise InvalidSchedule(str(exc)) from None
         return cls.parse(text)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n")
 
 
-def _check_str(text: Any) -> None:
+def _check_str(text: Any, form: str = "text or JSON") -> None:
     if not isinstance(text, str):
-        raise InvalidSchedule(f"text={text!r} must be a str (a schedule's text or JSON form)")
+        raise InvalidSchedule(f"text={text!r} must be a str (a schedule's {form} form)")
+
+
+def _fault_items(faults: Any) -> tuple[Any, ...]:
+    """The faults as a tuple; a schedule's text, JSON or dict form is named, not iterated."""
+    if isinstance(faults, (str, bytes)):
+        raise InvalidSchedule(
+            f"faults={_short(faults)} is a schedule's text form: use Schedule.parse(...)"
+        )
+    if isinstance(faults, dict):
+        raise InvalidSchedule(
+            f"faults={_short(faults)} is a schedule's JSON form: use Schedule.from_dict(...)"
+        )
+    try:
+        return tuple(faults)
+    except TypeError:
+        raise InvalidSchedule(
+            f"faults={_short(faults)} must be a fault or a list of faults"
+        ) from None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

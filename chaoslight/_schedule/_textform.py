@@ -22,7 +22,8 @@ from chaoslight._schedule._encode import BARE, fault_to_text
 from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, suggest
 from chaoslight._schedule._faults import FAULT_KINDS, Fault
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)$")
+# A number followed by letters: a size, whose unit is then looked up in _UNITS.
+_SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z]+)$")
 _UNITS = {
     "B": 1,
     "KiB": 2**10,
@@ -86,7 +87,7 @@ def decode_value(name: str, text: str) -> Any:
     if text == "*":
         return None
     if name in _SIZE_FIELDS and (match := _SIZE.match(text)):
-        return int(float(match.group(1)) * _UNITS[match.group(2)])
+        return _size(name, text, match.group(1), match.group(2))
     try:
         value = json.loads(text)
     except ValueError:
@@ -94,6 +95,20 @@ def decode_value(name: str, text: str) -> Any:
             return text
         raise InvalidSchedule(f"{name}={text} is neither JSON nor a bare word") from None
     return tuple(value) if isinstance(value, list) else value
+
+
+def _size(name: str, text: str, number: str, unit: str) -> int:
+    """``512MiB`` as bytes; a negative size, a fraction of a byte or an unknown unit is named."""
+    if unit not in _UNITS:
+        raise InvalidSchedule(
+            f"{name}={text!r} has an unknown unit {unit!r}; known units: {', '.join(_UNITS)}"
+        )
+    if number.startswith("-"):
+        raise InvalidSchedule(f"{name}={text} must not be negative")
+    nbytes = float(number) * _UNITS[unit]
+    if nbytes != int(nbytes):
+        raise InvalidSchedule(f"{name}={text} is {nbytes:g} bytes: give a whole number of bytes")
+    return int(nbytes)
 
 
 def _pairs(tokens: list[str]) -> dict[str, Any]:

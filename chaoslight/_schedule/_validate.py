@@ -7,10 +7,30 @@ and what would be accepted, e.g. ``rank=-1 must not be negative; ranks count fro
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from chaoslight._schedule._errors import InvalidArgument, suggest
+
+# Upper bounds, each with the reason a larger value can only be a mistake.
+MAX_WORLD_SIZE = 64
+WORLD_SIZE_WHY = "each rank is a process on this machine"
+MAX_RANK = 10**6
+RANK_WHY = "no job has that many ranks"
+MAX_COUNT = 10**9
+COUNT_WHY = "no training run makes that many steps or calls"
+MAX_BYTES = 2**50
+BYTES_WHY = "1 PiB, more memory than any device has"
+# A search's sizes (``chaoslight fuzz`` and ``chaoslight.fuzz``).
+MAX_EXAMPLES = 10**6
+MAX_REPLAYS = 100
+RUNS_WHY = "each one is a whole training run"
+MAX_STEPS = 10**6
+STEPS_WHY = "faults target steps 0..steps-1 of a test's fit, which is short"
+MAX_FAULTS = 64
+FAULTS_WHY = "each fault in a schedule is one more to shrink and to read"
 
 
 def check_int(name: str, value: Any, minimum: int, allow_none: bool = False) -> None:
@@ -44,6 +64,35 @@ def check_bounded_int(name: str, value: Any, minimum: int, maximum: int, why: st
     return int(value)
 
 
+def check_optional_bounded_int(
+    name: str, value: Any, minimum: int, maximum: int, why: str
+) -> int | None:
+    """None, or an int in ``[minimum, maximum]`` (a fault's rank, step, nth, times)."""
+    if value is None:
+        return None
+    check_int(name, value, minimum, allow_none=True)
+    return check_bounded_int(name, value, minimum, maximum, why)
+
+
+def check_count(name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> int | None:
+    """A step, call or example count: an int from ``minimum`` up to ``MAX_COUNT``."""
+    if value is None and allow_none:
+        return None
+    check_int(name, value, minimum, allow_none)
+    return check_bounded_int(name, value, minimum, MAX_COUNT, COUNT_WHY)
+
+
+def check_bytes(name: str, value: Any) -> int:
+    """A size in bytes: a positive int of at most ``MAX_BYTES``."""
+    return check_bounded_int(name, value, 1, MAX_BYTES, BYTES_WHY)
+
+
+def check_world_size(name: str, value: Any, minimum: int = 1, what: str = "rank") -> int:
+    """How many ranks (or spare workers) a World starts: up to ``MAX_WORLD_SIZE``."""
+    why = WORLD_SIZE_WHY.replace("rank", what)
+    return check_bounded_int(name, value, minimum, MAX_WORLD_SIZE, why)
+
+
 def check_seconds(name: str, value: Any, maximum: float | None = None) -> float:
     """A positive, finite number of seconds (and at most ``maximum`` when given)."""
     if (
@@ -74,3 +123,39 @@ def check_ranks_fit(faults: Iterable[Any], size: int) -> None:
                 f"{fault}: rank={fault.rank} is not a rank of World(size={size}); "
                 f"ranks are 0..{size - 1}"
             )
+
+
+def check_directory(name: str, path: Any) -> Path:
+    """A folder that exists or can be made: not a file, and not under one."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise InvalidArgument(f"{name}={path!r} must be a folder path")
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise InvalidArgument(f"{name}={str(path)!r} is a file; give a folder (made if missing)")
+    for parent in folder.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise InvalidArgument(f"{name}={str(path)!r} is under {str(parent)!r}, a file")
+    return folder
+
+
+def check_output_file(name: str, path: Any) -> Path:
+    """A file to write: not a folder, and not under a file."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise InvalidArgument(f"{name}={path!r} must be a file path")
+    target = Path(path)
+    if target.is_dir():
+        raise InvalidArgument(f"{name}={str(path)!r} is a folder; give a file name")
+    check_directory(name, target.parent)
+    return target
+
+
+def read_text_file(what: str, path: Any) -> str:
+    """A UTF-8 text file's contents, or one line saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(
+            f"cannot read {what} {str(path)!r}: not UTF-8 text (byte {exc.start})"
+        ) from None

@@ -1,27 +1,41 @@
-"""Fuzzing: run Hypothesis-generated schedules on a World, shrink and replay failures."""
+"""Layer 6, the search: run Hypothesis-generated schedules on a World, judge each run by
+the fault-aware oracle, shrink and replay failures, write failure files.
+
+``fuzz`` is the default search; ``check`` runs a target once with no fault (what a user
+wants to know before searching); ``replay`` runs a failure file again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from chaoslight._checks import ErrorsSurface, check_by_name
-from chaoslight._schedule import InvalidArgument
+from chaoslight._runtime import as_checks
+from chaoslight._schedule import Schedule
+from chaoslight._schedule._validate import check_bounded_int, check_seconds
 from chaoslight._search._campaign import Campaign, Progress, Result
-from chaoslight._search._failure import Failure
-from chaoslight._search._property import FAIL_CLEANLY, MODES, Verdict, verdict
+from chaoslight._search._failure import DEFAULT_CHECKS, Failure, check_specs
+from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._strategies import schedules
-from chaoslight._world import World
+from chaoslight._world import Outcome, World
 from chaoslight._world._target import parse_target
 
-__all__ = ["Campaign", "Failure", "Progress", "Result", "Verdict", "fuzz", "replay", "verdict"]
+__all__ = [
+    "DEFAULT_CHECKS",
+    "Campaign",
+    "Failure",
+    "Progress",
+    "Result",
+    "Verdict",
+    "check",
+    "fuzz",
+    "judge",
+    "replay",
+]
 
-
-def _checks(names: Iterable[str], mode: str | None) -> list[Any]:
-    checks = [check_by_name(name) for name in names]
-    if mode == FAIL_CLEANLY and not any(isinstance(c, ErrorsSurface) for c in checks):
-        checks.append(ErrorsSurface())
-    return checks
+MAX_WORLD_SIZE = 64  # each rank is a process on this machine
 
 
 class _Quiet:
@@ -37,72 +51,102 @@ class _Quiet:
         return None
 
 
-def _positive(name: str, value: Any, minimum: float = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise InvalidArgument(f"{name}={value!r} must be at least {minimum:g}")
+@dataclass(frozen=True)
+class _Job:
+    """What every run of one campaign shares: the target, the World's size, the checks."""
+
+    target: str
+    world_size: int
+    timeout: float
+    checks: tuple[Any, ...]
+
+    def run(self, world: World, schedule: Schedule) -> tuple[Verdict, Outcome]:
+        outcome = world.run(self.target, schedule, timeout=self.timeout, checks=self.checks)
+        return judge(outcome), outcome
+
+    @contextmanager
+    def runner(self) -> Iterator[Any]:
+        """A Campaign runner on one warm World; ``fresh=True`` runs in a new World."""
+        with World(size=self.world_size) as world:
+
+            def run(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Outcome]:
+                if not fresh:
+                    return self.run(world, schedule)
+                with World(size=self.world_size) as new:
+                    return self.run(new, schedule)
+
+            yield run
+
+
+def _job(target: str, world_size: int, timeout: float, checks: Sequence[Any] | None) -> _Job:
+    parse_target(target)
+    check_bounded_int("world_size", world_size, 1, MAX_WORLD_SIZE, "each rank is a process")
+    named = DEFAULT_CHECKS if checks is None else checks
+    return _Job(target, world_size, check_seconds("timeout", timeout), tuple(as_checks(named)))
 
 
 def fuzz(
     target: str,
     *,
     world_size: int = 2,
-    max_examples: int = 100,
-    kinds: Sequence[str] | None = None,
+    checks: Sequence[Any] | None = None,
+    faults: Sequence[str] | None = None,
     sites: Sequence[str] | None = None,
     steps: int = 4,
     max_faults: int = 3,
+    max_examples: int = 100,
     seed: int | None = None,
     timeout: float = 20.0,
-    checks: Sequence[str] = (),
-    mode: str | None = "survive",
     replays: int = 3,
     database: str | None = None,
     display: Any = None,
 ) -> tuple[Result, Failure | None]:
-    """Search schedules that make ``target`` fail on a World of ``world_size`` ranks."""
-    if mode is not None and mode not in MODES:
-        raise InvalidArgument(f"mode={mode!r} must be one of {', '.join(MODES)}")
-    for name, value, low in (
-        ("world_size", world_size, 1),
-        ("max_examples", max_examples, 1),
-        ("timeout", timeout, 0.1),
-        ("replays", replays, 0),
-    ):
-        _positive(name, value, low)
-    parse_target(target)
+    """Search schedules that make ``target`` fail on a World of ``world_size`` ranks.
+
+    With no arguments but the target it does the right thing: every fault kind a correct
+    program can meet in production, the default checks, each run judged by the oracle.
+    ``faults``/``sites``/``checks`` narrow or widen it. Returns the campaign's result and,
+    when it found something, the failure to save and replay.
+    """
+    job = _job(target, world_size, timeout, checks)
+    check_bounded_int("max_examples", max_examples, 1, 10**6)
+    check_bounded_int("replays", replays, 0, 100)
     strategy = schedules(
-        world_size=world_size,
-        steps=steps,
-        sites=sites,
-        faults=kinds,
-        mode=mode,
-        max_faults=max_faults,
+        world_size=world_size, steps=steps, sites=sites, faults=faults, max_faults=max_faults
     )
-    check_objects = _checks(checks, mode)
-    effective_mode = mode or "survive"
-    display = display or _Quiet()
-    with World(size=world_size) as world, display:
-
-        def run(schedule: Any) -> tuple[Verdict, Any]:
-            outcome = world.run(target, schedule, timeout=timeout, checks=check_objects)
-            return verdict(outcome, list(outcome.violations), effective_mode), outcome
-
-        key = f"{target}|{effective_mode}|{world_size}|{sorted(checks)}"
+    key = f"{target}|{world_size}|{sorted(c.name for c in job.checks)}"
+    with job.runner() as run, display or _Quiet() as shown:
         result = Campaign(
-            run, strategy, max_examples, seed, database, key, replays, on_progress=display.update
+            run, strategy, max_examples, seed, database, key, replays, on_progress=shown.update
         ).execute()
+    return result, _failure(job, result)
+
+
+def _failure(job: _Job, result: Result) -> Failure | None:
     if result.schedule is None or result.verdict is None:
-        return result, None
-    failure = Failure(
+        return None
+    return Failure(
         result.schedule,
-        target,
-        world_size,
-        timeout,
-        tuple(c.name for c in check_objects),
-        effective_mode,
-        result.verdict.reason,
+        job.target,
+        job.world_size,
+        job.timeout,
+        check_specs(job.checks),
+        reason=result.verdict.reason,
+        status=result.status,
     )
-    return result, failure
+
+
+def check(
+    target: str,
+    *,
+    world_size: int = 2,
+    checks: Sequence[Any] | None = None,
+    timeout: float = 20.0,
+) -> tuple[Verdict, Outcome]:
+    """Run ``target`` once with no fault and the default checks: does it work at all?"""
+    job = _job(target, world_size, timeout, checks)
+    with World(size=world_size) as world:
+        return job.run(world, Schedule())
 
 
 def replay(
@@ -111,16 +155,14 @@ def replay(
     target: str | None = None,
     world_size: int | None = None,
     timeout: float | None = None,
-    checks: Sequence[str] | None = None,
-) -> tuple[Verdict, Any]:
-    """Run a failure's schedule once more; the verdict says whether it still fails."""
-    size = world_size or failure.world_size
-    check_objects = _checks(failure.checks if checks is None else checks, failure.mode)
-    with World(size=size) as world:
-        outcome = world.run(
-            target or failure.target,
-            failure.schedule,
-            timeout=timeout or failure.timeout,
-            checks=check_objects,
-        )
-    return verdict(outcome, list(outcome.violations), failure.mode), outcome
+    checks: Sequence[Any] | None = None,
+) -> tuple[Verdict, Outcome]:
+    """Run a failure's schedule once more, in a fresh World, judged as the search judged it."""
+    job = _job(
+        target or failure.target,
+        failure.world_size if world_size is None else world_size,
+        timeout or failure.timeout,
+        failure.build_checks() if checks is None else checks,
+    )
+    with World(size=job.world_size) as world:
+        return job.run(world, failure.schedule)

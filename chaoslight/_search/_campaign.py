@@ -1,11 +1,16 @@
 """A fuzz campaign: Hypothesis generates and shrinks schedules; chaoslight runs, replays
 and minimises them.
 
+0. The empty schedule runs first, twice: a target that fails with no fault injected is
+   reported as such (``BASELINE``), with its own error, instead of blaming some fault.
 1. Generate schedules and run each on the World until one fails (or the budget is spent).
+   A failure whose cause is inside chaoslight stops the campaign as ``INTERNAL``.
 2. Hypothesis shrinks it: fewer faults, lower ranks, earlier steps, simpler kinds.
-3. A deletion pass drops any fault the failure does not need (Hypothesis can stop short).
-4. The minimal schedule is replayed ``replays`` times: if any replay differs (verdict or
-   the faults that fired), it is reported as **flaky**, never as a minimal failing case.
+3. Faults that never fired are dropped, then a deletion pass drops any fault the failure
+   does not need (Hypothesis can stop short): every fault left is needed.
+4. The minimal schedule is replayed ``replays`` times, the first in a fresh World (new
+   processes, fresh directories): if any replay differs (verdict or the faults that
+   fired), it is reported as **flaky**, never as a minimal failing case.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -21,11 +27,14 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
-from chaoslight._schedule._model import Schedule
+from chaoslight._schedule import ChaosError, Schedule
 from chaoslight._search._minimize import drop_redundant_faults
-from chaoslight._search._property import Verdict
+from chaoslight._search._oracle import Verdict
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
+KNOWN_FAILURES = "chaoslight-failures.jsonl"  # in the campaign's database folder
+BASELINE = "fails-without-faults"  # the empty schedule already fails
+INTERNAL = "internal-error"  # chaoslight itself raised: not a finding
 
 
 @dataclass
@@ -55,6 +64,11 @@ class Result:
     examples: int = 0
     wall_s: float = 0.0
 
+    @property
+    def minimal(self) -> bool:
+        """Shrunk and 1-minimal (every fault needed): only a reproduced failure is."""
+        return self.status == FAILED
+
 
 class _Found(Exception):
     def __init__(self, schedule: Schedule, verdict: Verdict, outcome: Any) -> None:
@@ -62,7 +76,8 @@ class _Found(Exception):
         self.schedule, self.verdict, self.outcome = schedule, verdict, outcome
 
 
-Runner = Callable[[Schedule], tuple[Verdict, Any]]
+# run(schedule, fresh) -> (verdict, outcome); fresh=True runs it in a new World.
+Runner = Callable[[Schedule, bool], tuple[Verdict, Any]]
 
 
 @dataclass
@@ -81,17 +96,42 @@ class Campaign:
 
     def execute(self) -> Result:
         started = time.monotonic()
-        found = self._search()
+        self._phase("baseline")
+        runs = [self._example(Schedule()) for _ in range(2)]  # twice: is it deterministic?
+        failing = [run for run in runs if run[0].failed]
+        if failing:
+            verdict, outcome = failing[0]
+            other = runs[1] if failing[0] is runs[0] else runs[0]
+            return self._finish(BASELINE, Schedule(), verdict, outcome, started, [other[0]])
+        found = self._known_failure() or self._search()
         if found is None:
             return Result(CLEAN, examples=self.progress.examples, wall_s=time.monotonic() - started)
-        schedule, first = found.schedule, found.verdict
+        if found.verdict.internal:
+            return self._finish(INTERNAL, found.schedule, found.verdict, found.outcome, started)
         self._phase("minimising")
-        schedule = drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))
-        self._phase("replaying")
-        replays = [self._example(schedule)[0] for _ in range(self.replays)]
+        schedule = self._minimise(found.schedule, found.verdict)
         verdict, outcome = self._example(schedule)
-        status = FAILED
-        if any(r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays):
+        result = self._finish(FAILED, schedule, verdict, outcome, started)
+        self._remember(schedule)
+        return result
+
+    def _finish(
+        self,
+        status: str,
+        schedule: Schedule,
+        verdict: Verdict,
+        outcome: Any,
+        started: float,
+        seen: list[Verdict] | None = None,
+    ) -> Result:
+        """Replay the failure (the first replay in a fresh World); differing replays: flaky."""
+        self._phase("replaying")
+        replays = list(seen or [])
+        replays += [self._example(schedule, fresh=index == 0)[0] for index in range(self.replays)]
+        differs = any(
+            r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays
+        )
+        if differs and status in (FAILED, BASELINE):
             status = FLAKY
         return Result(
             status,
@@ -103,11 +143,20 @@ class Campaign:
             time.monotonic() - started,
         )
 
+    def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
+        """Drop the faults that never fired, then every fault the failure does not need."""
+        fired = [f for f in schedule if str(f) not in first.never_fired]
+        if len(fired) < len(schedule):
+            smaller = Schedule(fired, memory_budget=schedule.memory_budget)
+            if fired and self._still_fails(smaller, first):
+                schedule = smaller
+        return drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))
+
     def _search(self) -> _Found | None:
         @settings(
             max_examples=self.max_examples,
             deadline=None,
-            database=DirectoryBasedExampleDatabase(self.database) if self.database else None,
+            database=self._database(),
             suppress_health_check=list(HealthCheck),
             phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
             report_multiple_bugs=False,
@@ -121,8 +170,6 @@ class Campaign:
                 self._phase("shrinking")
                 raise _Found(schedule, verdict, outcome)
 
-        # Several campaigns share one database: key each by target, mode and world.
-        prop._hypothesis_internal_add_digest = hashlib.sha256(self.key.encode()).digest()  # type: ignore[attr-defined]
         if self.seed is not None:
             prop = hypothesis_seed(self.seed)(prop)
         try:
@@ -136,8 +183,44 @@ class Campaign:
             raise
         return None
 
-    def _example(self, schedule: Schedule) -> tuple[Verdict, Any]:
-        verdict, outcome = self.run(schedule)
+    def _folder(self) -> Path | None:
+        """This campaign's part of the shared database directory, keyed by target, world
+        size and checks: campaigns replay only their own failures."""
+        if not self.database:
+            return None
+        return Path(self.database) / hashlib.sha256(self.key.encode()).hexdigest()[:16]
+
+    def _database(self) -> DirectoryBasedExampleDatabase | None:
+        folder = self._folder()
+        return DirectoryBasedExampleDatabase(str(folder)) if folder is not None else None
+
+    def _known_failure(self) -> _Found | None:
+        """Replay the failures earlier campaigns found first. Hypothesis's own database is
+        not read when a seed is given, so chaoslight keeps the schedules it reported too."""
+        folder = self._folder()
+        path = folder / KNOWN_FAILURES if folder is not None else None
+        if path is None or not path.is_file():
+            return None
+        for line in path.read_text().splitlines():
+            try:
+                schedule = Schedule.from_json(line)
+            except ChaosError:
+                continue  # written by another chaoslight version
+            verdict, outcome = self._example(schedule)
+            if verdict.failed:
+                return _Found(schedule, verdict, outcome)
+        return None
+
+    def _remember(self, schedule: Schedule) -> None:
+        folder = self._folder()
+        if folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / KNOWN_FAILURES).open("a") as handle:
+            handle.write(schedule.to_json(indent=None) + "\n")
+
+    def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
+        verdict, outcome = self.run(schedule, fresh)
         self.progress.examples += 1
         self.on_progress(self.progress)
         return verdict, outcome

@@ -10,7 +10,7 @@ from typing import Any
 from chaoslight._runtime._inject import inject
 from chaoslight._schedule._errors import CheckFailed
 from chaoslight._schedule._model import Schedule
-from chaoslight._search._property import Verdict, verdict
+from chaoslight._search._oracle import Verdict, judge
 from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 
 
@@ -48,12 +48,13 @@ def run_in_process(
 
 
 def in_process_runner(
-    function: Callable[[], Any], mode: str, checks: Sequence[Any] = ()
-) -> Callable[[Schedule], tuple[Verdict, Outcome]]:
-    """A Campaign runner that runs ``function`` in this process under each schedule."""
+    function: Callable[[], Any], checks: Sequence[Any] = ()
+) -> Callable[[Schedule, bool], tuple[Verdict, Outcome]]:
+    """A Campaign runner that runs ``function`` in this process under each schedule, judged
+    by the oracle (``fresh`` has no meaning in one process: every run is alike)."""
 
-    def run(schedule: Schedule) -> tuple[Verdict, Outcome]:
+    def run(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Outcome]:
         outcome = run_in_process(function, schedule, checks)
-        return verdict(outcome, list(outcome.violations), mode), outcome
+        return judge(outcome), outcome
 
     return run

@@ -14,6 +14,7 @@ of ``KINDS`` below, simplest first).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -40,8 +41,14 @@ from chaoslight._schedule import (
 
 # Simplest first: one_of shrinks towards earlier branches.
 KINDS = ("delay", "raise", "oom", "drop_sync", "crash", "allocate", "reorder", "corrupt")
-BENIGN_KINDS = ("delay", "reorder", "allocate")  # a correct program must survive these
-HARD_KINDS = ("raise", "oom", "drop_sync", "crash")  # it must fail promptly and visibly
+# What a correct program can meet in production, so what the default search draws: the
+# oracle (docs/oracle.md) knows what a correct program may do under each. A dropped
+# collective on one rank and a corrupted result are not drawn unless asked for: no
+# correct program survives them (they test that a job fails fast instead of hanging).
+DEFAULT_KINDS = ("delay", "raise", "oom", "crash", "allocate", "reorder")
+IN_PROCESS_KINDS = ("delay", "raise", "oom", "allocate")  # a crash would kill this process
+BENIGN_KINDS = ("delay", "reorder", "allocate")  # kept for the deprecated ``mode`` filter
+HARD_KINDS = ("raise", "oom", "drop_sync", "crash")
 MODES = {"survive": BENIGN_KINDS, "fail-cleanly": HARD_KINDS}
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
@@ -175,12 +182,23 @@ def dropped_syncs(
 
 
 def reorders(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    rank_divergent: bool = False,
 ) -> st.SearchStrategy[Fault]:
-    """Reordered reductions. Shrinks to the first order ("reversed"), rank 0, step 0."""
+    """Reordered reductions, the same order on every rank, as a real backend sums.
+
+    Shrinks to the first order ("reversed"), step 0. ``rank_divergent=True`` also draws a
+    reorder on one rank only, which hands that rank a different sum: no backend does
+    that, so it is a different program, judged as a desync (docs/oracle.md).
+    """
     orders = st.sampled_from(("reversed", "tree", "chunked", "premultiplied", "compressed"))
     chosen = _common(world_size, steps, sites)
-    return _kind(ReorderReduction, REDUCTION, order=orders)(chosen, world_size, steps)
+    one_rank = _kind(ReorderReduction, REDUCTION, order=orders)(chosen, world_size, steps)
+    every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
+    return st.one_of(every_rank, one_rank) if rank_divergent else every_rank
 
 
 def raises(
@@ -231,12 +249,22 @@ _BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
 _CAPABILITY = {"drop_sync": SYNC, "reorder": REDUCTION, "corrupt": RESULT}
 
 
-def _resolve_kinds(faults: Iterable[str] | None, mode: str | None) -> tuple[str, ...]:
+def _resolve_kinds(
+    faults: Iterable[str] | None, mode: str | None, in_process: bool = False
+) -> tuple[str, ...]:
     if mode is not None and mode not in MODES:
         raise InvalidArgument(
             f"mode={mode!r} must be 'survive' or 'fail-cleanly'" + suggest(str(mode), MODES)
         )
-    kinds = tuple(KINDS if faults is None else faults)
+    if isinstance(faults, str):
+        raise InvalidArgument(f"faults={faults!r} must be a list of fault kinds, e.g. ['oom']")
+    default = IN_PROCESS_KINDS if in_process else DEFAULT_KINDS
+    kinds = tuple(default if faults is None else faults)
+    if in_process and "crash" in kinds:
+        raise InvalidArgument(
+            "faults: 'crash' would kill this process (the pytest session with it): "
+            "search crashes on a chaoslight.World"
+        )
     for kind in kinds:
         if kind not in _BUILDERS:
             raise InvalidArgument(
@@ -251,7 +279,9 @@ def _resolve_kinds(faults: Iterable[str] | None, mode: str | None) -> tuple[str,
             raise InvalidArgument(
                 f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({draws})"
             )
-        kinds = tuple(k for k in kinds if k in allowed) if faults is not None else allowed
+        kinds = tuple(k for k in (kinds if faults is not None else KINDS) if k in allowed)
+        if in_process:
+            kinds = tuple(k for k in kinds if k != "crash")
     return tuple(k for k in KINDS if k in kinds)  # simplest first, whatever order given
 
 
@@ -262,12 +292,16 @@ def one_fault(
     sites: Iterable[str] | None = None,
     kinds: Iterable[str] | None = None,
     mode: str | None = None,
+    in_process: bool = False,
 ) -> st.SearchStrategy[Fault]:
-    """One fault of any allowed kind. Shrinks to the simplest kind, then as that kind does."""
+    """One fault of any allowed kind. Shrinks to the simplest kind, then as that kind does.
+
+    ``in_process=True`` never draws a crash (it would kill the process running the test).
+    """
     chosen = _common(world_size, steps, sites)
     usable = [
         k
-        for k in _resolve_kinds(kinds, mode)
+        for k in _resolve_kinds(kinds, mode, in_process)
         if _CAPABILITY.get(k) is None or _able(chosen, _CAPABILITY[k])
     ]
     if not usable:
@@ -286,16 +320,28 @@ def schedules(
     mode: str | None = None,
     max_faults: int = 3,
     memory_budget: MemoryBudget | None = None,
+    in_process: bool = False,
 ) -> st.SearchStrategy[Schedule]:
     """Schedules of 1..max_faults faults. Shrinks to fewer faults first, then each fault
     to a lower rank, an earlier step, a smaller size and a simpler kind.
 
-    ``mode="survive"`` draws only faults a correct program must tolerate (delays,
-    reorders, allocations); ``mode="fail-cleanly"`` only faults it must turn into a
-    prompt, visible error (raised errors, OOMs, dropped syncs, crashes).
+    By default it draws every fault a correct program can meet in production (delays,
+    raised errors, OOMs, crashes, allocations, reorders on every rank); the oracle
+    (``docs/oracle.md``) judges each run by the faults that fired. ``faults=[...]``
+    narrows or widens the kinds (``"drop_sync"``, ``"corrupt"`` are drawn only when
+    named). ``in_process=True`` never draws a crash. ``mode`` is a deprecated filter of
+    kinds: ``"survive"`` keeps delays, reorders and allocations, ``"fail-cleanly"``
+    raised errors, OOMs, dropped syncs and crashes.
     """
     _check_positive("max_faults", max_faults)
-    one = one_fault(world_size=world_size, steps=steps, sites=sites, kinds=faults, mode=mode)
+    one = one_fault(
+        world_size=world_size,
+        steps=steps,
+        sites=sites,
+        kinds=faults,
+        mode=mode,
+        in_process=in_process,
+    )
     return st.lists(one, min_size=1, max_size=max_faults).map(
         lambda items: Schedule(items, memory_budget=memory_budget)
     )

@@ -76,10 +76,21 @@ def install(points: Iterable[PatchPoint]) -> list[Patch]:
 
 
 def uninstall(patches: list[Patch]) -> None:
-    """Undo patches in reverse order, so an attribute wrapped twice unwinds correctly."""
+    """Undo patches in reverse order, so an attribute wrapped twice unwinds correctly.
+
+    Each undo removes only our own layer: a third party's wrapper made on top of ours
+    while we were active survives (see ``_patch``). One undo that fails does not stop the
+    others; the first error is raised once all have been tried.
+    """
+    failed: BaseException | None = None
     for patch in reversed(patches):
-        patch.undo()
+        try:
+            patch.undo()
+        except BaseException as exc:  # the rest must still be undone; re-raised below
+            failed = failed or exc
     patches.clear()
+    if failed is not None:
+        raise failed
 
 
 def implemented_sites() -> frozenset[str]:

@@ -113,6 +113,7 @@ def site_wrapper(site: str, behaviour: Behaviour = Behaviour()) -> Wrapper:
     """A wrapper for a patch point that serves exactly one site."""
 
     def wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
         dispatcher = STATE.dispatcher
         if dispatcher is None or site not in dispatcher.armed:
             return wrapped(*args, **kwargs)

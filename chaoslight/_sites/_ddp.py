@@ -65,6 +65,7 @@ BEHAVIOUR = Behaviour(skip=_keep_local, reduce=_reordered)
 
 def chaos_comm_hook(state: Any, bucket: Any) -> Any:
     """The DDP communication hook: route each bucket through the engine."""
+    __tracebackhide__ = True
     dispatcher = STATE.dispatcher
     if dispatcher is None or SITE not in dispatcher.armed:
         return _average_bucket(bucket)
@@ -79,6 +80,7 @@ def chaos_comm_hook(state: Any, bucket: Any) -> Any:
 def _register_on_setup(
     wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
+    __tracebackhide__ = True
     model = wrapped(*args, **kwargs)
     dispatcher = STATE.dispatcher
     user_hook = getattr(instance, "_ddp_comm_hook", None)

@@ -70,6 +70,7 @@ def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> W
     """Wrap ``call._call_*(trainer, hook_name, ...)``: the hook name picks the site."""
 
     def wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
         dispatcher = STATE.dispatcher
         if dispatcher is None:
             return wrapped(*args, **kwargs)
@@ -90,6 +91,7 @@ def _trainer_tracker(
     When the runtime has a checkpoint to resume from (a restart), a ``fit`` given no
     ``ckpt_path`` of its own resumes from it, as a preempted job would.
     """
+    __tracebackhide__ = True
     dispatcher = STATE.dispatcher
     if dispatcher is None or not args:
         return wrapped(*args, **kwargs)
@@ -136,6 +138,7 @@ def _forward_wrapper(
     the module with its ``forward`` temporarily replaced by ``wrapped_forward``: that
     outer call wraps the whole step and is not the user's forward pass.
     """
+    __tracebackhide__ = True
     redirected = getattr(vars(instance).get("forward"), "__name__", "") == "wrapped_forward"
     if redirected:
         return wrapped(*args, **kwargs)

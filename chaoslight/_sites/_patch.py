@@ -1,15 +1,27 @@
-"""Install/uninstall one wrapt wrapper on one attribute, restoring the exact original.
+"""Install/uninstall one wrapt wrapper on one attribute, removing only our own layer.
 
-The original is recorded as ``vars(owner).get(name, MISSING)`` and put back as it was
-(or deleted, when the attribute was inherited). Unwrapping via ``__wrapped__`` would
-break staticmethods, classmethods and inherited methods, so it is never used.
+Installing records the attribute as stored, ``vars(owner).get(name, MISSING)``, and puts
+a ``wrapt.FunctionWrapper`` around it (around the inherited one, when it was inherited).
+Undoing looks at what the attribute holds *now*, since a third party (a user's
+``monkeypatch``, a tracer, a profiler) may have patched it while we were active:
+
+- still our wrapper: the recorded original goes back exactly (set, or deleted when it
+  was inherited), so staticmethods, classmethods and inherited methods come back as
+  they were;
+- a wrapper of theirs on top of ours (found through the ``__wrapped__`` chain): only
+  our layer is cut out of the chain, so theirs survives and now wraps the original;
+- something with no reference to ours: theirs is left alone.
+
+In every case our wrapper is disabled first, so a reference that someone still holds
+(a closure calling "the old ``torch.save``") passes straight through to the original.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import wrapt
@@ -18,18 +30,65 @@ MISSING: Any = object()
 
 Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 
+# How deep to look through other wrappers for ours: chains are a few layers deep; the
+# bound only stops a pathological (cyclic or endless) chain.
+MAX_CHAIN = 64
 
-@dataclass(frozen=True)
+
+@dataclass(eq=False)
 class Patch:
+    """One attribute wrapped by us: where, what was stored there, and our wrapper."""
+
     owner: Any
     name: str
     original: Any  # vars(owner)[name] before patching, or MISSING if it was inherited
+    wrapper: Any = None  # our wrapt.FunctionWrapper
+    live: bool = field(default=True)
+
+    def is_live(self) -> bool:
+        """wrapt's ``enabled``: once undone, our wrapper only passes calls through."""
+        return self.live
 
     def undo(self) -> None:
+        self.live = False
+        current = vars(self.owner).get(self.name, MISSING)
+        if current is self.wrapper:
+            self._put_back()
+            return
+        above = layer_above(current, self.wrapper)
+        if above is not None:
+            # Their wrapper wraps ours: make it wrap what ours wrapped.
+            with contextlib.suppress(AttributeError, TypeError):
+                above.__wrapped__ = self.wrapper.__wrapped__
+        # Otherwise it was replaced outright: theirs stays, ours is already disabled.
+
+    def _put_back(self) -> None:
         if self.original is MISSING:
             delattr(self.owner, self.name)
         else:
             setattr(self.owner, self.name, self.original)
+
+
+def layer_above(outer: Any, target: Any) -> Any | None:
+    """The object in ``outer``'s ``__wrapped__`` chain whose ``__wrapped__`` is ``target``."""
+    seen: set[int] = set()
+    node = outer
+    while node is not MISSING and node is not None and len(seen) < MAX_CHAIN:
+        if id(node) in seen:
+            return None
+        seen.add(id(node))
+        inner = _wrapped_of(node)
+        if inner is target:
+            return node
+        node = inner
+    return None
+
+
+def _wrapped_of(obj: Any) -> Any:
+    try:
+        return getattr(obj, "__wrapped__", None)
+    except Exception:  # a lazy proxy or odd descriptor: not a chain we can follow
+        return None
 
 
 def _static_lookup(owner: Any, name: str) -> Any:
@@ -44,8 +103,10 @@ def _static_lookup(owner: Any, name: str) -> Any:
 def wrap_attribute(owner: Any, name: str, wrapper: Wrapper) -> Patch:
     original = vars(owner).get(name, MISSING)
     target = original if original is not MISSING else _static_lookup(owner, name)
-    setattr(owner, name, wrapt.FunctionWrapper(target, wrapper))
-    return Patch(owner, name, original)
+    patch = Patch(owner, name, original)
+    patch.wrapper = wrapt.FunctionWrapper(target, wrapper, enabled=patch.is_live)
+    setattr(owner, name, patch.wrapper)
+    return patch
 
 
 def import_optional(module: str) -> Any | None:

@@ -60,6 +60,7 @@ def _half_write(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
 def _sync_point(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Tensor.item/tolist: where a deferred OOM surfaces on a CPU run."""
+    __tracebackhide__ = True
     dispatcher = STATE.dispatcher
     if dispatcher is not None:
         dispatcher.sync_point()
@@ -71,6 +72,7 @@ def _synced_site_wrapper(site: str, behaviour: Behaviour) -> Any:
     inner = site_wrapper(site, behaviour)
 
     def wrapper(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        __tracebackhide__ = True
         dispatcher = STATE.dispatcher
         if dispatcher is not None:
             dispatcher.sync_point()
@@ -80,6 +82,7 @@ def _synced_site_wrapper(site: str, behaviour: Behaviour) -> Any:
 
 
 def _factory(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    __tracebackhide__ = True
     tensor = wrapped(*args, **kwargs)
     dispatcher = STATE.dispatcher
     if dispatcher is not None:

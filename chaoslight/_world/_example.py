@@ -46,6 +46,7 @@ class Watch:
     hang: dict[str, Any] | None = None
     snapshot: dict[str, Any] | None = None
     asked: bool = False
+    ended_s: float | None = None  # seconds from the example's start to its result or death
 
     @property
     def pending(self) -> bool:
@@ -100,6 +101,8 @@ class Example:
                     watch.died = True
                 elif msg.get("id") == self.ident and watch.take(msg):
                     self._hung(watch.heard)
+                if not watch.pending and watch.ended_s is None:
+                    watch.ended_s = watch.heard - self.start
         self.wall_s = time.monotonic() - self.start
 
     def results(self) -> tuple[tuple[RankResult, ...], list[Event]]:
@@ -190,6 +193,7 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
             stacks=stacks,
             output=output,
             pid=slot.pid,
+            ended_s=watch.ended_s,
         )
     if watch.killed:
         line = line or f"rank {slot.rank} did not come back after the hang"
@@ -206,6 +210,7 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
         evidence=crash_line(slot.rank, code, output, events),
         output=output,
         pid=slot.pid,
+        ended_s=watch.ended_s,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chaoslight._runtime._events import Event
+from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._schedule._model import Schedule
 
 PASSED, FAILED, HUNG, CRASHED, RELEASED = "passed", "failed", "hung", "crashed", "released"
@@ -75,6 +76,7 @@ class RankResult:
     stacks: str = ""
     output: str = ""
     pid: int = 0
+    ended_s: float | None = None  # when the parent heard the rank end, from the example start
 
 
 @dataclass(frozen=True)
@@ -100,22 +102,50 @@ class Outcome:
         return {r.rank: r.evidence for r in self.ranks if r.evidence}
 
     def summary(self) -> str:
-        lines = [r.evidence for r in self.ranks if r.status != PASSED and r.evidence]
+        """Status and time, then the root cause first and its consequences after."""
+        lines = [cause_first(self)] if any(r.status != PASSED for r in self.ranks) else []
         lines += [str(v) for v in self.violations]
         return f"{self.status} in {self.wall_s:.2f} s" + (": " + "; ".join(lines) if lines else "")
 
     def report(self) -> str:
-        """The summary, each rank's exception or stack, and the merged event log."""
+        """The summary, each rank's exception or stack, and the event log (observations,
+        which checks record in bulk, are counted, not printed: they stay in the log files)."""
         out = [f"chaoslight World: {self.target} {self.summary()}"]
-        for result in self.ranks:
+        for result in ordered_by_cause(self.ranks):
             out.append(f"  rank {result.rank}: {result.status}")
             if result.exception is not None and result.exception.traceback:
                 out += ["    " + line for line in result.exception.traceback.rstrip().splitlines()]
-        out += ["  " + event.line() for event in self.events]
+        shown = [e for e in self.events if e.kind != OBSERVATION]
+        out += ["  " + event.line() for event in shown]
+        if len(shown) < len(self.events):
+            out.append(f"  ({len(self.events) - len(shown)} check observations not shown)")
         return "\n".join(out)
 
     def __str__(self) -> str:
         return self.summary()
+
+
+def ordered_by_cause(ranks: tuple[RankResult, ...]) -> list[RankResult]:
+    """Causes first (ranks that failed, hung or crashed, earliest first), then consequences
+    (ranks released by a peer), then ranks that passed."""
+
+    def key(result: RankResult) -> tuple[int, float, int]:
+        group = 2 if result.status == PASSED else 1 if result.status == RELEASED else 0
+        when = result.ended_s if result.ended_s is not None else float("inf")
+        return (group, when, result.rank)
+
+    return sorted(ranks, key=key)
+
+
+def cause_first(outcome: Outcome, skip_rank: int | None = None) -> str:
+    """One line: the first rank that failed and why, then consequences, marked as such."""
+    parts = []
+    for result in ordered_by_cause(outcome.ranks):
+        if result.status == PASSED or result.rank == skip_rank:
+            continue
+        line = result.evidence or describe(result)
+        parts.append(f"consequence: {line}" if result.status == RELEASED else line)
+    return "; ".join(parts)
 
 
 def signal_name(number: int) -> str:

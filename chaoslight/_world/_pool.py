@@ -19,7 +19,7 @@ from chaoslight._runtime._inject import ScheduleLike, as_schedule
 from chaoslight._runtime._protocol import progress_timeout
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._model import Schedule
-from chaoslight._schedule._validate import check_int, check_ranks_fit, check_seconds
+from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
 from chaoslight._world._outcome import Outcome, overall
@@ -83,8 +83,8 @@ class World:
         spares: int = 1,
         python: str | None = None,
     ) -> None:
-        check_int("size", size, 1)
-        check_int("spares", spares, 0)
+        check_world_size("size", size)
+        check_world_size("spares", spares, minimum=0, what="spare")
         self.size = size
         self.spares = spares
         self.start_timeout = check_seconds("start_timeout", start_timeout)

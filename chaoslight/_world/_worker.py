@@ -274,6 +274,7 @@ class Worker:
                     checks=checks,
                     judge=False,
                     resume_from=msg.get("resume_from"),
+                    allow_crash=True,  # a rank is a process of its own: a crash kills only it
                 ),
                 self.dog.watching(float(msg["timeout"])),
             ):

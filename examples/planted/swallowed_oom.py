@@ -1,16 +1,18 @@
-"""Planted bug: an OOM swallowed on one rank (fail-cleanly search).
+"""Planted bug: an OOM swallowed on the rank where it happens.
 
-The model catches ``torch.OutOfMemoryError`` around its forward pass and returns a
-dummy zero loss so that DDP's gradient all-reduce still lines up: training "survives",
-the batch silently vanishes on one rank, and nobody is told. The minimal failing
+The model catches ``torch.OutOfMemoryError`` around its forward pass and skips the step
+on that rank alone by returning ``None``. Under DDP the other ranks go on to the gradient
+all-reduce; Lightning refuses a skipped step under DDP, so the rank that swallowed the
+OOM fails later with an unrelated error and the real cause is lost. The minimal failing
 schedule is one fault:
 
     oom@lightning.forward rank=0 step=0
 
-    chaoslight fuzz examples/planted/swallowed_oom.py:train --faults oom --mode fail-cleanly
-    chaoslight fuzz examples/planted/swallowed_oom.py:train_fixed --faults oom --mode fail-cleanly
+    chaoslight fuzz examples/planted/swallowed_oom.py:train
+    chaoslight fuzz examples/planted/swallowed_oom.py:train_fixed
 
-``train_fixed`` lets the error propagate: the run fails promptly and visibly.
+``train_fixed`` lets the error propagate: the run fails promptly and visibly, with the
+OOM named on the rank where it happened.
 """
 
 from __future__ import annotations
@@ -35,16 +37,14 @@ class Model(pl.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layer(x)
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
         x, y = batch
         try:
             prediction = self(x)
         except torch.OutOfMemoryError:
             if not self.swallow:
                 raise
-            return (
-                sum(p.sum() for p in self.parameters()) * 0.0
-            )  # the bug: hide it, keep DDP in step
+            return None  # the bug: skip the step on this rank alone
         return torch.nn.functional.mse_loss(prediction, y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -1,0 +1,209 @@
+"""The fault-aware oracle: judge a run by what a correct program may do under exactly the
+faults that fired. The rules, with their table, are in ``docs/oracle.md``; this module is
+the only place that applies them.
+
+- Only **benign** faults fired (delays, a reduction reordered identically on every rank):
+  the run must pass and every check must hold.
+- A **hard** fault fired (OOM, a raised error, a crash, an allocation under a memory
+  budget): a correct program may *fail cleanly* (every rank ends, the rank where the
+  fault fired ends by it) or *recover consistently* (every rank finishes and the checks
+  hold). A hang, or the error swallowed on its rank while a peer fails or waits, is a bug.
+- A **desync** fault fired (a dropped collective, a per-rank reduction order, a corrupted
+  result): no correct program survives it; the only requirement is that nothing hangs.
+- An exception raised inside chaoslight itself is an **internal error**, never a finding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaoslight._runtime import FIRED, Violation
+from chaoslight._schedule import (
+    Fault,
+    InvalidSchedule,
+    Raise,
+    ReorderReduction,
+    fault_from_text,
+)
+from chaoslight._world._outcome import CRASHED, FAILED, HUNG, PASSED, RELEASED, cause_first
+
+BENIGN, HARD, DESYNC = "benign", "hard", "desync"
+SEVERITY = (BENIGN, HARD, DESYNC)
+HARD_KINDS = frozenset({"oom", "raise", "crash", "allocate", "preempt"})
+DESYNC_KINDS = frozenset({"drop_sync", "corrupt"})
+
+# Rules, named in verdicts and in docs/oracle.md.
+NO_FAULT = "no fault fired: the run must pass and every check hold"
+BENIGN_RULE = "only benign faults fired: the run must pass and every check hold"
+FAILED_CLEANLY = "a hard fault fired and every rank ended, the faulted rank by the fault"
+RECOVERED = "a hard fault fired and every rank recovered: the checks must hold"
+HANG_RULE = "nothing may hang"
+SWALLOWED = "a hard fault's error must not be swallowed while a peer fails or waits"
+INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+# Functions of chaoslight that raise on purpose (the injected fault, a budget OOM, a hang).
+_DELIBERATE = frozenset({"_fire", "sync_point", "charge", "allocate", "_on_signal"})
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
+
+
+@dataclass
+class Verdict:
+    """One example's result as the search sees it: failed or not, and by which rule."""
+
+    failed: bool
+    reason: str
+    status: str
+    violations: list[Violation] = field(default_factory=list)
+    fired: tuple[tuple[int, str], ...] = ()  # (rank, fault), sorted: ranks race in time
+    rule: str = NO_FAULT
+    internal: bool = False
+    never_fired: tuple[str, ...] = ()
+
+    def signature(self) -> tuple[Any, ...]:
+        """What must repeat for a failure to count as reproduced (not flaky)."""
+        return (self.failed, self.internal, self.status, tuple(v.check for v in self.violations))
+
+
+def fault_class(fault: Fault) -> str:
+    """benign, hard or desync: what a correct program can be asked to do under it."""
+    if isinstance(fault, ReorderReduction):
+        return BENIGN if fault.rank is None else DESYNC  # one rank alone: a different sum
+    if fault.kind in DESYNC_KINDS:
+        return DESYNC
+    return HARD if fault.kind in HARD_KINDS else BENIGN
+
+
+def fired_faults(outcome: Any) -> list[tuple[int, Fault]]:
+    """(rank, fault) for every firing in the run's events, in time order."""
+    found = []
+    for event in outcome.events:
+        if event.kind != FIRED:
+            continue
+        try:
+            found.append((event.rank, fault_from_text(event.fault)))
+        except InvalidSchedule:
+            continue  # an event log from another chaoslight version: judge without it
+    return found
+
+
+def never_fired(outcome: Any) -> tuple[str, ...]:
+    """The schedule's faults that fired on no rank."""
+    fired = {e.fault for e in outcome.events if e.kind == FIRED}
+    schedule = getattr(outcome, "schedule", None) or ()
+    return tuple(str(f) for f in schedule if str(f) not in fired)
+
+
+def internal_error(outcome: Any) -> str | None:
+    """A rank's exception raised by chaoslight's own code (not an injected fault), if any."""
+    for result in outcome.ranks:
+        exc = result.exception
+        if exc is None or result.status == RELEASED:
+            continue
+        frames = _FRAME.findall(exc.traceback or "")
+        if not frames:
+            continue
+        filename, function = frames[-1]
+        if _in_chaoslight(filename) and function not in _DELIBERATE:
+            return f"rank {result.rank}: {exc} (raised in chaoslight: {function})"
+    return None
+
+
+def _in_chaoslight(filename: str) -> bool:
+    path = str(Path(filename).resolve())
+    return path.startswith(_PACKAGE + "/") and "/examples/" not in path
+
+
+def judge(outcome: Any) -> Verdict:
+    """The verdict on one outcome: the first rule of ``docs/oracle.md`` that applies."""
+    fired = fired_faults(outcome)
+    base = {
+        "status": outcome.status,
+        "fired": tuple(sorted((rank, str(f)) for rank, f in fired)),
+        "never_fired": never_fired(outcome),
+    }
+    internal = internal_error(outcome)
+    if internal is not None:
+        return Verdict(True, f"internal error in chaoslight: {internal}", rule=INTERNAL,
+                       internal=True, **base)  # fmt: skip
+    worst = max((SEVERITY.index(fault_class(f)) for _, f in fired), default=-1)
+    if worst < 0:
+        return _must_pass(outcome, NO_FAULT, base)
+    if SEVERITY[worst] == BENIGN:
+        return _must_pass(outcome, BENIGN_RULE, base)
+    if outcome.status == HUNG:
+        return Verdict(True, cause_first(outcome), rule=HANG_RULE, **base)
+    if SEVERITY[worst] == DESYNC:
+        return Verdict(False, "", rule=HANG_RULE, **base)
+    return _hard(outcome, fired, base)
+
+
+def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
+    violations = list(outcome.violations)
+    if any(r.status != PASSED for r in outcome.ranks):
+        return Verdict(True, cause_first(outcome), rule=rule, violations=violations, **base)
+    if violations:
+        return Verdict(True, str(violations[0]), rule=rule, violations=violations, **base)
+    return Verdict(False, "", rule=rule, **base)
+
+
+def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) -> Verdict:
+    """Under a hard fault: recovered (all passed, checks hold) or failed cleanly (every rank
+    ended, each faulted rank by its own fault); else the fault was swallowed somewhere."""
+    if all(r.status == PASSED for r in outcome.ranks):
+        violations = list(outcome.violations)
+        if violations:
+            return Verdict(True, str(violations[0]), rule=RECOVERED, violations=violations,
+                           **base)  # fmt: skip
+        return Verdict(False, "", rule=RECOVERED, **base)
+    hard = {}
+    for rank, fault in fired:
+        if fault_class(fault) == HARD:
+            hard.setdefault(rank, []).append(fault)
+    explained = [r for r in outcome.ranks if _ended_by_fault(r, hard.get(r.rank, []))]
+    for result in outcome.ranks:
+        faults = hard.get(result.rank)
+        if not faults or result in explained:
+            continue
+        later = result.status == FAILED  # its own error, not the injected one
+        if later or not explained:
+            return Verdict(True, _swallowed(result, faults[0], outcome, later),
+                           rule=SWALLOWED, **base)  # fmt: skip
+    return Verdict(False, "", rule=FAILED_CLEANLY, **base)
+
+
+def _ended_by_fault(result: Any, faults: list[Fault]) -> bool:
+    """The rank crashed, or failed with one of its injected errors (or one chained to it)."""
+    if result.status == CRASHED:
+        return True
+    if result.status != FAILED or result.exception is None or not faults:
+        return False
+    text = f"{result.exception.traceback}\n{result.exception}"
+    return any(_surfaced(fault, text) for fault in faults)
+
+
+def _surfaced(fault: Fault, text: str) -> bool:
+    if fault.kind in ("oom", "allocate"):
+        return "simulated by chaoslight" in text
+    if isinstance(fault, Raise):
+        name = fault.exception.split(":")[-1].split(".")[-1]
+        return name in text and all(str(arg) in text for arg in fault.args)
+    return fault.kind == "crash"
+
+
+def _swallowed(result: Any, fault: Fault, outcome: Any, later: bool) -> str:
+    rest = cause_first(outcome, skip_rank=result.rank)
+    if later:
+        error = result.exception
+        text = f"rank {result.rank} swallowed the injected {fault} and failed later: {error}"
+    else:
+        text = f"rank {result.rank} swallowed the injected {fault} and {result.status}"
+    return _short(text) + (f"; {rest}" if rest else "")
+
+
+def _short(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -1,0 +1,185 @@
+"""The fault-aware oracle on synthetic outcomes: one test per rule of docs/oracle.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from chaoslight import Schedule
+from chaoslight._runtime import FIRED, Event, Violation
+from chaoslight._search._oracle import (
+    BENIGN,
+    BENIGN_RULE,
+    DESYNC,
+    FAILED_CLEANLY,
+    HANG_RULE,
+    HARD,
+    INTERNAL,
+    NO_FAULT,
+    RECOVERED,
+    SWALLOWED,
+    fault_class,
+    judge,
+)
+from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult, overall, settle
+
+OOM_TEXT = "CUDA out of memory. Tried to allocate 1.0 GiB. [simulated by chaoslight: oom@x]"
+GLOO = "RuntimeError: Connection closed by peer"
+
+
+def fired(rank: int, fault: str, step: int = 1) -> Event:
+    return Event(FIRED, fault.split("@")[1].split()[0], rank, step, 1.0, 1.0, fault, 1)
+
+
+def passed(rank: int) -> RankResult:
+    return RankResult(rank, "passed", ended_s=2.0)
+
+
+def raised(rank: int, kind: str, message: str, *, when: float = 1.0, tb: str = "") -> RankResult:
+    distributed = "Connection closed" in message
+    info = ExceptionInfo(kind, message, tb or f"Traceback:\n{kind}: {message}", distributed)
+    return RankResult(rank, "failed", info, ended_s=when)
+
+
+def hung(rank: int) -> RankResult:
+    return RankResult(rank, "hung", evidence=f"rank {rank} waits in dist.all_reduce #4")
+
+
+def outcome(ranks: list[RankResult], events: list[Event] = (), violations: tuple = ()) -> Outcome:  # type: ignore[assignment]
+    settled = settle(list(ranks))
+    status = overall(settled)
+    if violations and status == "passed":
+        status = "failed"
+    schedule = Schedule.parse("\n".join(e.fault for e in events))
+    return Outcome(status, settled, list(events), 1.0, schedule, "t.py:f", 10.0, violations)
+
+
+def test_fault_classes_follow_what_a_backend_or_cluster_can_do() -> None:
+    """Delays and every-rank reorders are benign; OOM/raise/crash hard; per-rank reorders and
+    dropped syncs desync."""
+    parse = Schedule.parse
+    assert fault_class(parse("delay@lightning.training_step seconds=0.1").faults[0]) == BENIGN
+    assert fault_class(parse("reorder@dist.all_reduce order=reversed").faults[0]) == BENIGN
+    assert fault_class(parse("reorder@dist.all_reduce rank=0 order=reversed").faults[0]) == DESYNC
+    assert fault_class(parse("drop_sync@dist.all_reduce rank=0").faults[0]) == DESYNC
+    assert fault_class(parse("oom@lightning.forward").faults[0]) == HARD
+    assert fault_class(parse("crash@lightning.training_step").faults[0]) == HARD
+
+
+def test_no_fault_a_failing_run_fails_with_its_own_error_first() -> None:
+    """With nothing fired, any failure is the program's: the first failing rank leads."""
+    verdict = judge(
+        outcome(
+            [
+                raised(1, "FileNotFoundError", "no x.ckpt", when=1.0),
+                raised(0, "RuntimeError", GLOO, when=2.0),
+            ]
+        )
+    )
+    assert verdict.failed and verdict.rule == NO_FAULT
+    assert verdict.reason.startswith("rank 1 raised: FileNotFoundError: no x.ckpt")
+    assert "consequence: rank 0 was released" in verdict.reason
+
+
+def test_benign_fault_the_run_must_pass_and_checks_hold() -> None:
+    """A delay that fired leaves the program bound to pass: a violation is a failure."""
+    delay = fired(0, "delay@lightning.training_step rank=0 seconds=0.5")
+    assert not judge(outcome([passed(0), passed(1)], [delay])).failed
+    broken = Violation("replicas-in-sync", "parameter 'w' differs", rank=1, step=2)
+    verdict = judge(outcome([passed(0), passed(1)], [delay], (broken,)))
+    assert verdict.failed and verdict.rule == BENIGN_RULE
+    assert verdict.reason.startswith("replicas-in-sync: parameter 'w' differs")
+
+
+def test_hard_fault_failing_cleanly_is_allowed_and_checks_are_not_judged() -> None:
+    """An OOM that ends its rank by the OOM, peers released: allowed; a shard check cut short
+    by the fault is not judged."""
+    oom = fired(1, "oom@lightning.forward rank=1 step=1")
+    short = Violation("disjoint-shards", "in epoch 0 rank 1 saw 1 batches, rank 0 saw 2")
+    verdict = judge(
+        outcome(
+            [raised(1, "OutOfMemoryError", OOM_TEXT), raised(0, "RuntimeError", GLOO, when=2.0)],
+            [oom],
+            (short,),
+        )
+    )
+    assert not verdict.failed and verdict.rule == FAILED_CLEANLY
+
+
+def test_hard_fault_recovering_consistently_is_allowed_but_checks_must_hold() -> None:
+    """Every rank finishing after an OOM is a recovery: fine if replicas agree, a bug if not."""
+    oom = fired(1, "oom@lightning.forward rank=1 step=1")
+    recovered = judge(outcome([passed(0), passed(1)], [oom]))
+    assert not recovered.failed and recovered.rule == RECOVERED
+    drift = Violation("replicas-in-sync", "parameter 'w' differs", rank=1, step=3)
+    broken = judge(outcome([passed(0), passed(1)], [oom], (drift,)))
+    assert broken.failed and broken.rule == RECOVERED
+
+
+def test_hard_fault_swallowed_then_failing_later_is_a_bug() -> None:
+    """The faulted rank ending with another error (not chained to the OOM) swallowed it."""
+    oom = fired(0, "oom@lightning.forward rank=0 step=0")
+    verdict = judge(
+        outcome(
+            [raised(0, "RuntimeError", "Skipping the training_step by returning None"),
+             raised(1, "RuntimeError", GLOO, when=2.0)],
+            [oom],
+        )
+    )  # fmt: skip
+    assert verdict.failed and verdict.rule == SWALLOWED
+    assert verdict.reason.startswith("rank 0 swallowed the injected oom@lightning.forward")
+
+
+def test_hard_fault_swallowed_while_a_peer_fails_is_a_bug_but_a_chained_error_is_not() -> None:
+    """Rank 0 passing after its OOM while rank 1 fails is a swallow; an error raised from the
+    OOM (chained in the traceback) surfaced it."""
+    oom = fired(0, "oom@lightning.forward rank=0 step=0")
+    swallowed = judge(outcome([passed(0), raised(1, "AssertionError", "counts differ")], [oom]))
+    assert swallowed.failed and swallowed.rule == SWALLOWED
+    chained = raised(0, "RuntimeError", "step failed", tb=f"OutOfMemoryError: {OOM_TEXT}\n\n"
+                     "The above exception was the direct cause of the following exception:\n"
+                     "RuntimeError: step failed")  # fmt: skip
+    clean = judge(outcome([chained, raised(1, "RuntimeError", GLOO, when=2.0)], [oom]))
+    assert not clean.failed and clean.rule == FAILED_CLEANLY
+
+
+def test_a_hang_is_never_allowed_whatever_fired() -> None:
+    """After a hard fault, and after a desync, a hung rank fails the run."""
+    oom = fired(1, "oom@lightning.forward rank=1 step=1")
+    after_oom = judge(outcome([raised(1, "OutOfMemoryError", OOM_TEXT), hung(0)], [oom]))
+    assert after_oom.failed and after_oom.rule == HANG_RULE
+    assert "rank 0 waits in dist.all_reduce #4" in after_oom.reason
+    drop = fired(0, "drop_sync@dist.all_reduce rank=0 step=1")
+    assert judge(outcome([passed(1), hung(0)], [drop])).failed
+
+
+def test_desync_fault_only_requires_that_nothing_hangs() -> None:
+    """A dropped collective may fail the job and break every check: it only must not hang."""
+    drop = fired(0, "drop_sync@dist.all_reduce rank=0 step=1")
+    drift = Violation("replicas-in-sync", "parameter 'w' differs", rank=1)
+    verdict = judge(
+        outcome([passed(0), raised(1, "RuntimeError", "size mismatch")], [drop], (drift,))
+    )
+    assert not verdict.failed and verdict.rule == HANG_RULE
+
+
+def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
+    """A traceback whose innermost frame is chaoslight's own (not a deliberate raise) is ours."""
+    import chaoslight._runtime._memory as memory
+
+    frame = f'  File "{memory.__file__}", line 99, in _release\n'
+    bad = raised(
+        0, "RuntimeError", "Boolean value of Tensor is ambiguous", tb=f"Traceback:\n{frame}"
+    )
+    verdict = judge(outcome([bad, raised(1, "RuntimeError", GLOO, when=2.0)]))
+    assert verdict.failed and verdict.internal and verdict.rule == INTERNAL
+    deliberate = f'  File "{memory.__file__}", line 59, in charge\n'
+    ours = raised(0, "OutOfMemoryError", OOM_TEXT, tb=f"Traceback:\n{deliberate}")
+    assert not judge(outcome([ours, passed(1)])).internal
+
+
+@pytest.mark.parametrize("fault", ["oom@lightning.forward rank=1 step=9"])
+def test_a_fault_that_never_fired_is_named(fault: str) -> None:
+    """A scheduled fault with no firing event is listed in the verdict's never_fired."""
+    run = outcome([passed(0), passed(1)])
+    run = Outcome(run.status, run.ranks, [], 1.0, Schedule.parse(fault), "t", 1.0)
+    assert judge(run).never_fired == (fault,)
