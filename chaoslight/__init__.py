@@ -35,7 +35,7 @@ from chaoslight._schedule import (
 )
 from chaoslight._schedule._describe import fault_descriptions as _fault_descriptions
 from chaoslight._schedule._describe import site_descriptions as _site_descriptions
-from chaoslight._search import Failure, fuzz, replay
+from chaoslight._search import Failure, Verdict, check, fuzz, judge, replay
 from chaoslight._world import Outcome, World
 
 __version__ = "0.1.0"
@@ -64,12 +64,15 @@ __all__ = [
     "ReorderReduction",
     "Run",
     "Schedule",
+    "Verdict",
     "Watchdog",
     "World",
+    "check",
     "checks",
     "faults",
     "fuzz",
     "inject",
+    "judge",
     "replay",
     "sites",
     "strategies",

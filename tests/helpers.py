@@ -218,6 +218,7 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
     from chaoslight._schedule._catalog import SITES
     from chaoslight._schedule._faults import (
         CORRUPT_VALUES,
+        Crash,
         FAULT_KINDS,
         MAX_DELAY_SECONDS,
         REORDER_ORDERS,
@@ -263,7 +264,7 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
             }
         ),
         "corrupt": st.fixed_dictionaries({"value": st.sampled_from(CORRUPT_VALUES)}),
-        "crash": st.fixed_dictionaries({"signal": st.integers(1, 64)}),
+        "crash": st.fixed_dictionaries({"signal": st.sampled_from(sorted(Crash.SIGNALS))}),
     }
     chosen = tuple(sorted(FAULT_KINDS)) if kinds is None else kinds
 

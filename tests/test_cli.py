@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import chaoslight
-from chaoslight._cli import main
+from chaoslight._cli import build_parser, main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,7 +49,7 @@ def test_faults_lists_every_kind(capsys: pytest.CaptureFixture[str]) -> None:
         (["run", "--schedule", "SCHEDULE"], "needs a command after --"),
         (["run", "--schedule", "SCHEDULE", "--timeout", "0", "--", "true"], "--timeout=0"),
         (["run", "--schedule", "BAD_SCHEDULE", "--", "true"], "not a known site"),
-        (["run", "--schedule", "SCHEDULE", "--", "no-such-command-xyz"], "command not found"),
+        (["run", "--schedule", "SCHEDULE", "--events-dir", "SCHEDULE", "--", "true"], "a file"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(
@@ -65,6 +66,32 @@ def test_usage_errors_exit_2_with_one_line(
     assert len(err) == 1, err
     assert message in err[0]
     assert "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("command", ["fuzz", "replay", "run"])
+def test_every_option_has_help_that_says_its_default(command: str) -> None:
+    """`chaoslight COMMAND --help` explains every option and shows each default value."""
+    parser = subcommand(command)
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if not action.option_strings or action.default == argparse.SUPPRESS:
+            continue
+        shown = formatter._expand_help(action) if action.help else ""
+        assert shown, f"{command} {action.option_strings[0]} has no help"
+        if action.default in (False, []):
+            continue  # a flag or a repeatable option: not given means none
+        if action.default is None:
+            assert "default" in shown or "required" in shown, shown
+        else:
+            value = f"{action.default:g}" if isinstance(action.default, float) else action.default
+            assert f"default: {value}" in shown, shown
+
+
+def subcommand(name: str) -> argparse.ArgumentParser:
+    """The sub-parser of ``chaoslight NAME``."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[name]
 
 
 def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:

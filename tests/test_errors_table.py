@@ -24,6 +24,8 @@ from chaoslight import (
     ReorderReduction,
     Schedule,
 )
+from chaoslight._cli import main
+from chaoslight.checks import Deterministic, NoHang, ReplicasInSync, ResumeEquivalence
 
 STEP = "lightning.training_step"
 HEADER = '{"chaoslight_schedule": 1, "faults": [%s]}'
@@ -106,6 +108,48 @@ OBJECT_CASES = [
     case("parse-not-text", lambda: Schedule.parse(None), "text=None", "str"),
     case("parse-bytes", lambda: Schedule.parse(b"oom@torch.save"), "text=b'oom@torch.save'"),
     case("from-text-not-text", lambda: Schedule.from_text(3), "text=3"),
+    case("from-json-not-text", lambda: Schedule.from_json(123), "text=123", "JSON form"),
+    case(
+        "schedule-of-text",
+        lambda: Schedule("oom@lightning.forward"),
+        "faults='oom@lightning.forward'",
+        "text form: use Schedule.parse(...)",
+    ),
+    case("schedule-of-dict", lambda: Schedule({"faults": []}), "Schedule.from_dict"),
+    case("schedule-not-iterable", lambda: Schedule(42), "faults=42", "list of faults"),
+    case("step-huge", lambda: OOM(site=STEP, step=10**23), "step=10", "at most 1000000000"),
+    case("nth-huge", lambda: OOM(site=STEP, nth=10**12), "nth=", "at most 1000000000"),
+    case("times-huge", lambda: OOM(site=STEP, times=10**12), "times=", "at most"),
+    case("rank-huge", lambda: OOM(site=STEP, rank=10**12), "rank=", "ranks"),
+    case("oom-huge", lambda: OOM(10**30, site=STEP), "nbytes=", "1 PiB"),
+    case("allocate-huge", lambda: Allocate(2**51, site=STEP), "nbytes=", "1 PiB"),
+    case("allocate-hold-huge", lambda: Allocate(site=STEP, hold_steps=10**10), "hold_steps="),
+    case("budget-huge", lambda: MemoryBudget(2**60), "limit_bytes=", "1 PiB"),
+    case(
+        "raise-args-not-a-tuple",
+        lambda: Raise("OSError", args=28, site=STEP),
+        "args=28",
+        "tuple or list",
+    ),
+    case("replicas-atol-negative", lambda: ReplicasInSync(atol=-1), "atol=-1", "not negative"),
+    case("replicas-atol-str", lambda: ReplicasInSync(atol="x"), "atol='x'", "number"),
+    case("replicas-buffers", lambda: ReplicasInSync(buffers="yes"), "buffers='yes'"),
+    case("no-hang-inf", lambda: NoHang(math.inf), "timeout=inf", "finite"),
+    case("no-hang-zero", lambda: NoHang(0), "timeout=0", "positive"),
+    case("deterministic-atol", lambda: Deterministic(atol=math.nan), "atol=nan"),
+    case("deterministic-runs", lambda: Deterministic(runs=10**6), "runs=1000000", "at most"),
+    case("resume-atol", lambda: ResumeEquivalence(atol=-0.5), "atol=-0.5"),
+    case("resume-step", lambda: ResumeEquivalence(crash_at_step=0), "crash_at_step=0"),
+    case(
+        "world-size-huge",
+        lambda: chaoslight.World(size=100_000),
+        "size=100000",
+        "at most 64",
+        "each rank is a process on this machine",
+    ),
+    case("world-size-zero", lambda: chaoslight.World(size=0), "size=0", "at least 1"),
+    case("world-spares", lambda: chaoslight.World(spares=10**6), "spares=1000000", "at most 64"),
+    case("crash-signal-unknown", lambda: Crash(site=STEP, signal=999), "signal=999"),
 ]
 
 JSON_CASES = [
@@ -261,6 +305,33 @@ TEXT_CASES = [
     ),
     case("text-budget-field", lambda: Schedule.parse("budget limit=5"), "line 1", "'limit'"),
     case(
+        "text-budget-negative-size",
+        lambda: Schedule.parse("budget limit_bytes=-5MiB"),
+        "line 1",
+        "limit_bytes=-5MiB must not be negative",
+    ),
+    case(
+        "text-budget-unknown-unit",
+        lambda: Schedule.parse("budget limit_bytes=12XB"),
+        "line 1",
+        "unknown unit 'XB'",
+        "known units: B, KiB, MiB",
+    ),
+    case(
+        "text-fraction-of-a-byte",
+        lambda: Schedule.parse("oom@torch.save nbytes=1.5B"),
+        "line 1",
+        "nbytes=1.5B",
+        "whole number of bytes",
+    ),
+    case(
+        "text-step-huge",
+        lambda: Schedule.parse("oom@torch.save step=100000000000000000000000"),
+        "line 1",
+        "step=100000000000000000000000",
+        "at most 1000000000",
+    ),
+    case(
         "text-drop-sync-site",
         lambda: Schedule.parse("drop_sync@lightning.training_step"),
         "line 1",
@@ -349,3 +420,61 @@ def test_errors_are_value_errors_and_chaos_errors() -> None:
     with pytest.raises(chaoslight.ChaosError):
         Delay(site=STEP, rank=-1)
     assert issubclass(InvalidSchedule, InvalidArgument)
+
+
+def _cli_paths(tmp_path: Path) -> dict[str, str]:
+    """Files the CLI cases name: a good schedule, a binary one, a plain file, a folder."""
+    good = tmp_path / "good.txt"
+    good.write_text("delay@lightning.training_step seconds=0.01\n")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00{")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    negative = tmp_path / "negative.txt"
+    negative.write_text("budget limit_bytes=-5MiB\n")
+    return {
+        "GOOD": str(good),
+        "BINARY": str(binary),
+        "FILE": str(a_file),
+        "FOLDER": str(tmp_path),
+        "NEGATIVE": str(negative),
+    }
+
+
+CLI_CASES = [
+    (["run", "--schedule", "BINARY", "--", "true"], "not UTF-8 text"),
+    (["run", "--schedule", "NEGATIVE", "--", "true"], "limit_bytes=-5MiB must not be negative"),
+    (["run", "--schedule", "GOOD", "--events-dir", "FILE", "--", "true"], "is a file"),
+    (["run", "--schedule", "GOOD", "--events-dir", "FILE/sub", "--", "true"], "a file"),
+    (["run", "--schedule", "GOOD", "--timeout", "inf", "--", "true"], "--timeout=inf"),
+    (["run", "--schedule", "GOOD", "--timeout", "-1", "--", "true"], "--timeout=-1"),
+    (["replay", "BINARY", "t.py:f"], "not UTF-8 text"),
+    (["replay", "GOOD", "t.py:f", "--world-size", "0"], "--world-size=0 must be at least 1"),
+    (["replay", "GOOD", "t.py:f", "--world-size", "65"], "--world-size=65 must be at most 64"),
+    (["replay", "GOOD", "t.py:f", "--timeout", "nan"], "--timeout=nan"),
+    (["replay", "FOLDER", "t.py:f"], "Is a directory"),
+    (["fuzz", "t.py:f", "--world-size", "100000"], "each rank is a process on this machine"),
+    (["fuzz", "t.py:f", "--max-examples", "0"], "--max-examples=0 must be at least 1"),
+    (["fuzz", "t.py:f", "--max-examples", "10000000"], "--max-examples=10000000 must be at most"),
+    (["fuzz", "t.py:f", "--steps", "10000000"], "--steps=10000000 must be at most 1000000"),
+    (["fuzz", "t.py:f", "--max-faults", "1000"], "--max-faults=1000 must be at most 64"),
+    (["fuzz", "t.py:f", "--replays", "1000"], "--replays=1000 must be at most 100"),
+    (["fuzz", "t.py:f", "--timeout", "0"], "--timeout=0"),
+    (["fuzz", "t.py:f", "--database", "FILE"], "--database="),
+    (["fuzz", "t.py:f", "--out", "FOLDER"], "is a folder"),
+    (["fuzz", "t.py:f", "--emit-test", "FILE/test_x.py"], "a file"),
+    (["fuzz", "t.py:f", "--world-size", "two"], "invalid int value: 'two'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CLI_CASES, ids=lambda v: " ".join(v)[:60])
+def test_bad_command_lines_exit_2_with_one_line(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A malformed command line exits 2 before anything starts, with one line naming it."""
+    paths = _cli_paths(tmp_path)
+    argv = [paths.get(a.split("/")[0], a.split("/")[0]) + a[len(a.split("/")[0]) :] for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("chaoslight: error: ") and message in err[0], err

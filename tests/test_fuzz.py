@@ -62,8 +62,8 @@ def chaoslight(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["fuzz", f"{SWALLOWED}:train", "--faults", "oomm"], "did you mean 'oom'"),
         (["fuzz", f"{SWALLOWED}:train", "--sites", "lightning.fwd"], "not a known site"),
         (["fuzz", f"{SWALLOWED}:train", "--check", "replicas"], "is not a check"),
-        (["fuzz", f"{SWALLOWED}:train", "--world-size", "0"], "world_size=0"),
-        (["fuzz", f"{SWALLOWED}:train", "--max-examples", "0"], "max_examples=0"),
+        (["fuzz", f"{SWALLOWED}:train", "--world-size", "0"], "world-size=0"),
+        (["fuzz", f"{SWALLOWED}:train", "--max-examples", "0"], "max-examples=0"),
         (["fuzz", f"{SWALLOWED}:train", "--timeout", "0"], "timeout=0"),
         (["fuzz", f"{SWALLOWED}:train", "--mode", "chaos"], "invalid choice: 'chaos'"),
         (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -154,15 +156,28 @@ class ResumeEquivalence(Check):
 
     def judge_reruns(self, full: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
         finals = self._finals(full)
-        if not finals:
-            return [
-                Violation(
-                    self.name, "the uninterrupted run did not finish training", cause=self.cause
-                )
-            ]
+        if not finals or len(finals) < len(full.ranks):
+            # The run did not finish on every rank (a fault cut it short, or it failed on
+            # its own, which the run's own verdict reports): there is nothing to compare.
+            return []
         per_epoch = int(next(iter(finals.values()))["epoch_batches"])
         step = self.crash_at_step if self.crash_at_step is not None else per_epoch
-        workdir = Path(scratch) / f"resume-{id(self)}-{step}"
+        # A fresh directory per judgement: a restart must never resume from a checkpoint
+        # an earlier example left behind (that made replays disagree with the search).
+        workdir = Path(tempfile.mkdtemp(prefix=f"resume-{step}-", dir=scratch))
+        try:
+            return self._crash_and_restart(finals, rerun, workdir, step, per_epoch)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _crash_and_restart(
+        self,
+        finals: dict[int, dict[str, Any]],
+        rerun: Rerun,
+        workdir: Path,
+        step: int,
+        per_epoch: int,
+    ) -> list[Violation]:
         crash = Crash(site="lightning.on_train_batch_start", step=step)
         rerun(Schedule([crash]), workdir=workdir)
         checkpoints = sorted(workdir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)

@@ -35,29 +35,45 @@ def add_commands(commands: Any) -> None:
     fuzz_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
     _world_options(fuzz_parser, world_size=2, timeout=20.0)
     search = fuzz_parser.add_argument_group("search")
-    search.add_argument("--max-examples", type=int, default=100, help="%(default)s")
+    search.add_argument("--max-examples", type=int, default=100, help="schedules to try")
     search.add_argument(
         "--faults",
         default=None,
         help=f"comma-separated fault kinds (default: {','.join(DEFAULT_KINDS)})",
     )
-    search.add_argument("--sites", default=None, help="comma-separated site names")
     search.add_argument(
-        "--steps", type=int, default=4, help="steps faults may target (%(default)s)"
+        "--sites",
+        default=None,
+        help="comma-separated site names (default: every site each fault kind can fire at)",
     )
-    search.add_argument("--max-faults", type=int, default=3, help="per schedule (%(default)s)")
-    search.add_argument("--seed", type=int, default=None, help="Hypothesis seed")
+    search.add_argument("--steps", type=int, default=4, help="faults target steps 0..STEPS-1")
+    search.add_argument("--max-faults", type=int, default=3, help="most faults in one schedule")
+    search.add_argument(
+        "--seed", type=int, default=None, help="Hypothesis seed (default: a random one)"
+    )
     search.add_argument(
         "--mode",
         choices=tuple(MODES),
         default=None,
-        help="deprecated: a filter of fault kinds (survive: benign kinds; fail-cleanly: hard)",
+        help="deprecated: a filter of fault kinds (survive: benign kinds; fail-cleanly: "
+        "hard; default: no filter)",
     )
-    search.add_argument("--replays", type=int, default=3, help="of a failure (%(default)s)")
-    search.add_argument("--database", default=None, help="Hypothesis example database dir")
+    search.add_argument(
+        "--replays", type=int, default=3, help="replays of a found failure, to tell a flaky one"
+    )
+    search.add_argument(
+        "--database",
+        default=None,
+        help="Hypothesis example database folder, made if missing (default: none kept)",
+    )
     out = fuzz_parser.add_argument_group("output")
-    out.add_argument("--out", default="chaoslight-failure.json", help="%(default)s")
-    out.add_argument("--emit-test", default=None, metavar="PATH", help="write a pytest test")
+    out.add_argument("--out", default="chaoslight-failure.json", help="the failure file to write")
+    out.add_argument(
+        "--emit-test",
+        default=None,
+        metavar="PATH",
+        help="also write a pytest regression test to PATH (default: none)",
+    )
 
     check_parser = commands.add_parser(
         "check", help="run TARGET once with no fault and the default checks"
@@ -68,17 +84,30 @@ def add_commands(commands: Any) -> None:
     replay_parser = commands.add_parser("replay", help="run a failure or schedule file again")
     replay_parser.add_argument("file", help="a failure file from fuzz, or a schedule file")
     replay_parser.add_argument("target", nargs="?", default=None, help="(default: the file's)")
-    replay_parser.add_argument("--world-size", type=int, default=None, help="(the file's)")
-    replay_parser.add_argument("--timeout", type=float, default=None, help="(the file's)")
     replay_parser.add_argument(
-        "--check", action="append", default=None, metavar="NAME", help="(the file's checks)"
+        "--world-size", type=int, default=None, help="ranks (default: the file's)"
+    )
+    replay_parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a rank may go without progress (default: the file's)",
+    )
+    replay_parser.add_argument(
+        "--check",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a check to run instead of the file's (repeatable; default: the file's)",
     )
 
 
 def _world_options(parser: argparse.ArgumentParser, world_size: int, timeout: float) -> None:
-    parser.add_argument("--world-size", type=int, default=world_size, help="ranks (%(default)s)")
     parser.add_argument(
-        "--timeout", type=float, default=timeout, help="seconds without progress (%(default)s)"
+        "--world-size", type=int, default=world_size, help="ranks, each a process on this machine"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=timeout, help="seconds a rank may go without progress"
     )
     parser.add_argument(
         "--check",
@@ -115,13 +144,19 @@ def _kinds(args: argparse.Namespace) -> list[str] | None:
     kinds = _split(args.faults)
     if args.mode is None:
         return kinds
+    allowed = MODES[args.mode]
+    kept = [k for k in (kinds or allowed) if k in allowed]
+    if not kept:
+        raise InvalidArgument(
+            f"--faults {args.faults} has no kind that mode={args.mode!r} draws "
+            f"({', '.join(allowed)})"
+        )
     print(
         f"chaoslight: --mode is deprecated: every run is judged by the oracle; "
-        f"--mode {args.mode} now only keeps the kinds {', '.join(MODES[args.mode])}",
+        f"--mode {args.mode} now only keeps the kinds {', '.join(allowed)}",
         file=sys.stderr,
     )
-    allowed = MODES[args.mode]
-    return [k for k in (kinds or allowed) if k in allowed]
+    return kept
 
 
 def fuzz_command(args: argparse.Namespace) -> int:

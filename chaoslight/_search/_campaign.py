@@ -93,6 +93,7 @@ class Campaign:
     replays: int = 3
     on_progress: Callable[[Progress], None] = lambda progress: None
     progress: Progress = field(default_factory=Progress)
+    _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
 
     def execute(self) -> Result:
         started = time.monotonic()
@@ -109,8 +110,9 @@ class Campaign:
         if found.verdict.internal:
             return self._finish(INTERNAL, found.schedule, found.verdict, found.outcome, started)
         self._phase("minimising")
+        self._failing[found.schedule.to_text()] = (found.verdict, found.outcome)
         schedule = self._minimise(found.schedule, found.verdict)
-        verdict, outcome = self._example(schedule)
+        verdict, outcome = self._failing[schedule.to_text()]  # its failing run, not a new one
         result = self._finish(FAILED, schedule, verdict, outcome, started)
         self._remember(schedule)
         return result
@@ -226,8 +228,11 @@ class Campaign:
         return verdict, outcome
 
     def _still_fails(self, schedule: Schedule, like: Verdict) -> bool:
-        verdict, _ = self._example(schedule)
-        return verdict.failed and verdict.signature() == like.signature()
+        verdict, outcome = self._example(schedule)
+        fails = verdict.failed and verdict.signature() == like.signature()
+        if fails:
+            self._failing[schedule.to_text()] = (verdict, outcome)
+        return fails
 
     def _phase(self, phase: str) -> None:
         self.progress.phase = phase

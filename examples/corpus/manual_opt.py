@@ -11,8 +11,9 @@ whatever its data. A decision that depends on one rank's data never decides whet
 collective happens; every rank's all-reduces pair up with the same step's on the others.
 
 Bug (``train_buggy``): "skip batches with an outlier": a rank whose batch has one
-returns before ``manual_backward``. Sample 13 lands on rank 1 (DistributedSampler,
-odd indices) in its second batch, so rank 1 skips one backward that rank 0 does: from
+returns before ``manual_backward``. Lightning's DistributedSampler shuffles with the
+seed (0): in epoch 0 sample 13 is in rank 1's third batch (step 2), so rank 1 skips one
+backward that rank 0 does: from
 then on rank 0's gradient all-reduce for batch k pairs with rank 1's for batch k+1,
 the replicas apply different gradients, and rank 0's last all-reduce has no partner.
 What a user sees: replicas out of sync, then a hang at the end of training.
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from _corpus_common import Regressor, dataset, pl, trainer
 from torch.utils.data import DataLoader
 

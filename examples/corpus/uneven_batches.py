@@ -4,10 +4,10 @@ Pattern: 33 samples, batch size 4, two ranks, ``drop_last=False``. Every rank mu
 the same number of steps per epoch, because every step ends in collectives (the gradient
 all-reduce, and here ``self.log(..., sync_dist=True)``'s all-reduce).
 
-Correct (``train``): Lightning's default ``DistributedSampler``: it pads the index list
-to a multiple of the world size by repeating the first sample(s), so both ranks get 17
-samples, 5 batches (4+4+4+4+1) and 5 steps. One sample is seen twice per epoch: the
-documented price of even shards (``DisjointShards`` allows ``world_size - 1``).
+Correct (``train``): Lightning's default ``DistributedSampler``: it pads the (shuffled)
+index list to a multiple of the world size by repeating its first index, so both ranks
+get 17 samples, 5 batches (4+4+4+4+1) and 5 steps. One sample is seen twice per epoch:
+the documented price of even shards (``DisjointShards`` allows ``world_size - 1``).
 
 Bug (``train_buggy``): a hand-written sampler (with ``use_distributed_sampler=False``)
 deals the indices round-robin without padding: rank 0 gets 17 samples (5 batches), rank 1
