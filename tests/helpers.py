@@ -218,10 +218,10 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
     from chaoslight._schedule._catalog import SITES
     from chaoslight._schedule._faults import (
         CORRUPT_VALUES,
-        Crash,
         FAULT_KINDS,
         MAX_DELAY_SECONDS,
         REORDER_ORDERS,
+        Crash,
     )
 
     exceptions = sorted(

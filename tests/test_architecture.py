@@ -134,3 +134,15 @@ def test_modules_stay_small() -> None:
     """No module is over 400 lines: a bigger one is split where its parts separate."""
     sizes = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
     assert {m: n for m, n in sizes.items() if n > 400} == {}
+
+
+def test_tests_import_their_helpers_one_way() -> None:
+    """Tests import helpers as ``helpers`` (conftest puts tests/ on the path), never as
+    ``tests.helpers``: one style that works under ``pytest`` and ``python -m pytest``."""
+    offenders = [
+        path.name
+        for path in (ROOT / "tests").glob("*.py")
+        if path.name != "test_architecture.py"
+        and ("from tests." in path.read_text() or "import tests." in path.read_text())
+    ]
+    assert offenders == []

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from chaoslight.strategies import schedules
+
 from chaoslight import Schedule
 from chaoslight._search import Campaign
 from chaoslight._search._campaign import BASELINE, CLEAN, FAILED, FLAKY, INTERNAL
 from chaoslight._search._oracle import Verdict
-from chaoslight.strategies import schedules
 
 STRATEGY = schedules(world_size=2, steps=4, faults=["oom", "delay"], sites=["lightning.forward"])
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import fit, tiny_model
 
 import chaoslight
 from chaoslight import CheckFailed, Schedule
@@ -23,7 +24,6 @@ from chaoslight.checks import (
     Violation,
     check_by_name,
 )
-from tests.helpers import fit, tiny_model
 
 
 def test_finite_loss_names_the_first_nan_step() -> None:
@@ -90,7 +90,7 @@ def test_no_hang_in_process_reports_where_it_waited() -> None:
             "delay@lightning.on_train_batch_end step=1 seconds=30", checks=[NoHang(1.0)]
         ) as run:
             fit(max_steps=3)
-    assert time.monotonic() - started < 1.0 + 5.0
+    assert time.monotonic() - started < 30 / 2  # interrupted long before the 30 s delay ended
     assert any("lightning.on_train_batch_end" in str(v) for v in run.violations), run.violations
 
 

@@ -184,6 +184,7 @@ def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
 
 def test_database_lets_a_second_campaign_start_from_the_first_ones_failure(tmp_path: Path) -> None:
     """With a shared --database, a second campaign replays the saved failure first."""
+
     def run(schedule: object, fresh: bool = False) -> tuple[Verdict, None]:
         bad = any(f.kind == "crash" and f.rank == 1 and f.step == 3 for f in schedule)  # type: ignore[attr-defined]
         return Verdict(bad, "boom" if bad else "", "failed" if bad else "passed"), None

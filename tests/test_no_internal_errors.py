@@ -4,13 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from helpers import fit, tiny_model
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from chaoslight import MemoryBudget, Schedule
-from chaoslight._search._inprocess import run_in_process
-from chaoslight._search._oracle import internal_error, judge
 from chaoslight.strategies import (
     allocations,
     corruptions,
@@ -20,6 +13,13 @@ from chaoslight.strategies import (
     raises,
     reorders,
 )
+from helpers import fit, tiny_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chaoslight import MemoryBudget, Schedule
+from chaoslight._search._inprocess import run_in_process
+from chaoslight._search._oracle import internal_error, judge
 
 SITES = [
     "lightning.training_step",

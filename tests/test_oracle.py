@@ -183,3 +183,16 @@ def test_a_fault_that_never_fired_is_named(fault: str) -> None:
     run = outcome([passed(0), passed(1)])
     run = Outcome(run.status, run.ranks, [], 1.0, Schedule.parse(fault), "t", 1.0)
     assert judge(run).never_fired == (fault,)
+
+
+def test_a_never_firing_fault_is_reported_in_process_with_where_its_site_ran() -> None:
+    """A fault whose step never comes is named in run.report(), with the steps its site ran."""
+    import chaoslight
+    from helpers import fit
+
+    with chaoslight.inject("oom@lightning.forward step=99\ndelay@dist.barrier seconds=0") as run:
+        fit(max_steps=3)
+    report = run.report()
+    assert "0 fault firings; 2 faults never fired" in report
+    assert "lightning.forward was reached on rank 0 at steps 0, 1, 2" in report
+    assert "dist.barrier was never reached on rank 0" in report

@@ -109,3 +109,11 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(wheel: Path, tmp_path: Path)
     assert not Path(found["chaoslight"]).resolve().is_relative_to(ROOT)
     assert found["bare_strategies"] is False
     assert found["text"] == "oom@lightning.training_step rank=1 step=3"
+    # The [project.scripts] entry point and the pytest11 plugin work from the installed wheel.
+    listed = run(venv / "bin" / "chaoslight", "sites", cwd=elsewhere)
+    assert "lightning.training_step" in listed
+    plugin_check = "import chaoslight._pytest_plugin as p, sys; print(p.__file__)"
+    plugin_file = run(python, "-c", plugin_check, cwd=elsewhere).strip()
+    assert Path(plugin_file).resolve().is_relative_to(site)
+    helped = run(python, "-m", "pytest", "--help", cwd=elsewhere)
+    assert "--chaos-world-size" in helped and "--chaos-timeout" in helped

@@ -57,7 +57,7 @@ def test_in_process_search_never_draws_a_crash(schedule: Schedule) -> None:
 
 def test_in_process_search_refuses_crash_by_name() -> None:
     """Asking an in-process search for crashes is a one-line error that names the World."""
-    with pytest.raises(InvalidArgument, match="would kill this process.*World"):
+    with pytest.raises(InvalidArgument, match=r"would kill this process.*World"):
         schedules(faults=["crash"], in_process=True)
 
 

@@ -210,8 +210,8 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     for line in result.schedule.to_text().splitlines():
         console.print(f"  {line}")
     console.print(f"failure: {failure.reason}")
-    for line in result.verdict.never_fired:
-        console.print(f"note: never fired: {line}")
+    for line in result.verdict.notes:
+        console.print(f"note: {line}")
     if result.status in (FLAKY, BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")
@@ -252,8 +252,8 @@ def replay_command_main(args: argparse.Namespace) -> int:
     )
     console = Console(highlight=False, soft_wrap=True, markup=False)
     console.print(outcome.report())
-    for line in verdict.never_fired:
-        console.print(f"note: never fired: {line}")
+    for line in verdict.notes:
+        console.print(f"note: {line}")
     if verdict.internal:
         console.print(f"replay: INTERNAL ERROR of chaoslight: {verdict.reason}")
         return EXIT_INTERNAL

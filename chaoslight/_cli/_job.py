@@ -24,6 +24,7 @@ from chaoslight._runtime._dumps import armed_pids, read_dump, request_dump
 from chaoslight._runtime._proc import (
     alive,
     descendants,
+    die_with_parent,
     environment_of,
     group_members,
     kill_all,
@@ -93,7 +94,14 @@ class Job:
     def _start(self) -> subprocess.Popen[bytes]:
         name = self.command[0]
         try:
-            return subprocess.Popen(self.command, env=self.env, start_new_session=True)
+            # If chaoslight itself is killed outright, the command gets SIGTERM from the
+            # kernel: a launcher such as torchrun then takes its ranks down with it.
+            return subprocess.Popen(
+                self.command,
+                env=self.env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGTERM),
+            )
         except FileNotFoundError:
             raise UsageError(f"command not found: {name}", EXIT_NOT_FOUND) from None
         except PermissionError:

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
-from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._events import FIRED, NEVER_FIRED, NOTE, RELEASED, SURFACED, Event
 from chaoslight._runtime._memory import MemoryLedger, simulated_oom
 from chaoslight._schedule._errors import InvalidSchedule
 from chaoslight._schedule._faults import (
@@ -35,6 +35,7 @@ from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
 from chaoslight._sites._reorder import NATURAL
 
+MAX_STEPS_SEEN = 50  # steps remembered per faulted site, for a never-fired fault's note
 _ABORTING = (OOM, Raise, Crash)
 
 Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
@@ -92,6 +93,7 @@ class Engine:
         self.calls: Counter[str] = Counter()
         self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
         self.reached: Counter[tuple[str, int]] = Counter()
+        self.steps_seen: dict[str, list[int | None]] = {}  # per faulted site, for notes
         self.events: list[Event] = []
         self.pending_oom: BaseException | None = None
         self.ledger = MemoryLedger(schedule.memory_budget, current_rank)
@@ -175,6 +177,10 @@ class Engine:
         if site in self.counts_in_step:
             self.calls_in_step[(site, step)] += 1
         self.reached[(site, rank)] += 1
+        if site in self.by_site:
+            seen = self.steps_seen.setdefault(site, [])
+            if step not in seen and len(seen) < MAX_STEPS_SEEN:
+                seen.append(step)
         return self.calls[site]
 
     def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:
@@ -309,8 +315,24 @@ class Engine:
                 detail="a deferred OOM was never surfaced: no sync point was reached",
             )
             self.pending_oom = None
+        self._note_never_fired()
         self.ledger.release_all()
         self._close_sink()
+
+    def _note_never_fired(self) -> None:
+        """A NOTE per fault meant for this rank that never fired, saying where its site ran."""
+        rank = current_rank(self.environment_rank)
+        for index, fault in enumerate(self.schedule.faults):
+            if self.fired[index] or fault.rank not in (None, rank):
+                continue
+            steps = self.steps_seen.get(fault.site)
+            where = (
+                f"{fault.site} was reached on rank {rank} at steps "
+                + ", ".join("None" if s is None else str(s) for s in steps)
+                if steps
+                else f"{fault.site} was never reached on rank {rank}"
+            )
+            self.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
 
     def _close_sink(self) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ FIRED = "fired"
 SURFACED = "surfaced"  # a deferred OOM raised at a sync point
 RELEASED = "released"  # an Allocate hold given back
 NOTE = "note"
+NEVER_FIRED = "unfired"  # a scheduled fault that never fired on this rank, and why
 
 
 @dataclass(frozen=True)
@@ -71,4 +72,8 @@ def render_report(events: list[Event], reached: Counter[tuple[str, int]]) -> str
 
 def _summary(events: list[Event]) -> str:
     fired = sum(1 for e in events if e.kind == FIRED)
-    return f"{fired} fault firing{'s' if fired != 1 else ''}"
+    text = f"{fired} fault firing{'s' if fired != 1 else ''}"
+    unfired = {e.fault for e in events if e.kind == NEVER_FIRED}
+    if unfired:
+        text += f"; {len(unfired)} fault{'s' if len(unfired) != 1 else ''} never fired (below)"
+    return text

@@ -8,15 +8,20 @@ killed with SIGKILL, since a stuck gloo rank ignores SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import psutil
 
 # What a process can do while we look at it: end, or belong to someone we may not inspect.
 _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def descendants(pid: int) -> list[int]:
@@ -87,3 +92,35 @@ def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
         time.sleep(0.05)
         left = [pid for pid in left if alive(pid)]
     return left
+
+
+@functools.cache
+def _prctl() -> Any:
+    """libc's ``prctl``, or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send ``signum`` to the child when this process
+    dies, however it dies (SIGKILL included); None where that is not possible (not Linux).
+
+    The signal comes when the *thread* that started the child ends, so the starting thread
+    must outlive the child (the main thread does).
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    number = int(signum)
+
+    def arm() -> None:  # in the child between fork and exec: a system call, nothing more
+        prctl(PR_SET_PDEATHSIG, number)
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os._exit(1)
+
+    return arm

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaoslight._runtime import FIRED, Violation
+from chaoslight._runtime import FIRED, NEVER_FIRED, Violation
 from chaoslight._schedule import (
     Fault,
     InvalidSchedule,
@@ -62,6 +62,7 @@ class Verdict:
     rule: str = NO_FAULT
     internal: bool = False
     never_fired: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # for each fault that never fired: where its site ran
 
     def signature(self) -> tuple[Any, ...]:
         """What must repeat for a failure to count as reproduced (not flaky)."""
@@ -97,6 +98,19 @@ def never_fired(outcome: Any) -> tuple[str, ...]:
     return tuple(str(f) for f in schedule if str(f) not in fired)
 
 
+def never_fired_notes(outcome: Any) -> tuple[str, ...]:
+    """One line per fault that never fired: where each rank reached its site instead."""
+    where: dict[str, list[str]] = {}
+    for event in outcome.events:
+        if event.kind == NEVER_FIRED:
+            where.setdefault(event.fault, []).append(event.detail)
+    lines = []
+    for fault in never_fired(outcome):
+        seen = "; ".join(where.get(fault, [])) or "no rank reported its site"
+        lines.append(f"{fault} never fired: {seen} (docs/schedules.md says what a step is)")
+    return tuple(lines)
+
+
 def internal_error(outcome: Any) -> str | None:
     """A rank's exception raised by chaoslight's own code (not an injected fault), if any."""
     for result in outcome.ranks:
@@ -124,6 +138,7 @@ def judge(outcome: Any) -> Verdict:
         "status": outcome.status,
         "fired": tuple(sorted((rank, str(f)) for rank, f in fired)),
         "never_fired": never_fired(outcome),
+        "notes": never_fired_notes(outcome),
     }
     internal = internal_error(outcome)
     if internal is not None:
@@ -159,7 +174,7 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
             return Verdict(True, str(violations[0]), rule=RECOVERED, violations=violations,
                            **base)  # fmt: skip
         return Verdict(False, "", rule=RECOVERED, **base)
-    hard = {}
+    hard: dict[int, list[Fault]] = {}
     for rank, fault in fired:
         if fault_class(fault) == HARD:
             hard.setdefault(rank, []).append(fault)

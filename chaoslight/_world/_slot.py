@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import json
 import os
 import selectors
 import shutil
 import signal
 import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaoslight._runtime._proc import die_with_parent
 from chaoslight._schedule import ChaosError
 
 LAUNCHER_VARIABLES = frozenset(
@@ -62,42 +59,6 @@ def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> 
     return env
 
 
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-@functools.cache
-def _prctl() -> Any:
-    """libc's ``prctl``, or None where there is none (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the kernel SIGKILL the worker when this process dies.
-
-    The worker leads its own session, so a signal to the parent's process group never
-    reaches it, and a rank stuck in a collective never reads the end of its pipes.
-    Linux only (elsewhere None: the pipes are the only tie). The signal comes when the
-    *thread* that started the worker ends, so a World belongs to a thread that outlives it.
-    """
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    parent = os.getpid()
-    kill = int(signal.SIGKILL)
-
-    def arm() -> None:  # in the child between fork and exec: a system call, nothing more
-        prctl(PR_SET_PDEATHSIG, kill)
-        if os.getppid() != parent:  # the parent died before prctl: no signal will come
-            os._exit(1)
-
-    return arm
-
-
 class Slot:
     """A worker process: commands go down one pipe, JSON-line messages come up another.
 
@@ -119,7 +80,10 @@ class Slot:
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent(),
+                    # The worker leads its own session, so a signal to the parent's process group
+                    # never reaches it, and a rank stuck in a collective never reads the end of
+                    # its pipes: the kernel kills it when the parent dies.
+                    preexec_fn=die_with_parent(signal.SIGKILL),
                 )
         except BaseException:
             for fd in (fd for pair in pipes for fd in pair):
