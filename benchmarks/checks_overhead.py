@@ -1,21 +1,29 @@
-"""How much turning on every single-run check slows a small CPU fit, in a World and in-process.
+"""How much every single-run check slows a CPU fit, tiny and large, in a World and in-process.
 
-    python benchmarks/checks_overhead.py                 # 9 rounds of 80 steps
-    python benchmarks/checks_overhead.py --rounds 15 --steps 100
+    python benchmarks/checks_overhead.py                     # both sizes (about 4 minutes)
+    python benchmarks/checks_overhead.py --size tiny --rounds 15
+    python benchmarks/checks_overhead.py --size large --steps 12
 
-The target (``target`` below: a 2-layer MLP, batch 64, SGD; ``devices`` from ``WORLD_SIZE``)
-is run two ways, interleaved with the order alternating each round:
+Two targets (``target_tiny``, ``target_large``: an MLP fit with SGD, ``devices`` from
+``WORLD_SIZE``):
+
+  tiny   64-256-10 MLP (19 K parameters), batch 64, 80 steps by default, 9 rounds;
+  large  1024-2048-2048-2048-10 MLP (10.5 M parameters), batch 128, 8 steps, 5 rounds.
+
+Each is run two ways, interleaved with the order alternating each round:
 
   (a) no checks;
   (b) every single-run check: ReplicasInSync, FiniteLoss, FiniteGrads, DisjointShards,
       ErrorsSurface, NoHang(60).
 
-1. World: ``world.run("benchmarks/checks_overhead.py:target", Schedule(), checks=...)`` in one
-   ``chaoslight.World(size=2)``; the median ``outcome.wall_s`` of (a) and (b), and b/a
-   (target <= 1.25).
+1. World: ``world.run("benchmarks/checks_overhead.py:target_SIZE", Schedule(), checks=...)``
+   in one ``chaoslight.World(size=2)``; the median ``outcome.wall_s`` of (a) and (b), and b/a.
 2. In-process: ``with inject(Schedule(), checks=...)`` around a 1-process fit of the same
    target; the median wall time of (a) and (b), and b/a (plain ``trainer.fit`` with no
-   ``inject`` is timed too, for reference).
+   ``inject`` is timed too, for reference). One rank: ReplicasInSync has nothing to compare.
+
+Targets: b/a <= 1.10 at the large size, <= 1.25 at the tiny one. The summary at the end
+prints b/a for every size and place.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,31 +44,60 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 HERE = Path(__file__).resolve()
-TARGET = f"{HERE}:target"
 SIZE = 2
-STEPS_ENV = "CHAOSLIGHT_BENCH_STEPS"  # the workers read the step count from here
-DEFAULT_STEPS = 80
 
 
-def target() -> int:
-    """A small but real fit: 2-layer MLP, ``$CHAOSLIGHT_BENCH_STEPS`` steps, DDP if WORLD_SIZE>1."""
+@dataclass(frozen=True)
+class Model:
+    """One benchmark target: layer widths, batch, default steps and rounds, the b/a target."""
+
+    widths: tuple[int, ...]
+    batch: int
+    steps: int
+    rounds: int
+    goal: float
+
+    @property
+    def parameters(self) -> int:
+        return sum((a + 1) * b for a, b in zip(self.widths, self.widths[1:], strict=False))
+
+    def describe(self) -> str:
+        shape = "-".join(str(w) for w in self.widths)
+        return f"MLP {shape} ({self.parameters / 1e6:.2f} M parameters), batch {self.batch}"
+
+
+MODELS = {
+    "tiny": Model((64, 256, 10), batch=64, steps=80, rounds=9, goal=1.25),
+    "large": Model((1024, 2048, 2048, 2048, 10), batch=128, steps=8, rounds=5, goal=1.10),
+}
+
+
+def steps_variable(size: str) -> str:
+    """The environment variable the workers read the step count of ``size`` from."""
+    return f"CHAOSLIGHT_BENCH_STEPS_{size.upper()}"
+
+
+def fit(size: str) -> int:
+    """A fit of ``MODELS[size]``: ``$CHAOSLIGHT_BENCH_STEPS_<SIZE>`` steps, DDP if WORLD_SIZE>1."""
     import lightning.pytorch as pl
 
-    steps = int(os.environ.get(STEPS_ENV, DEFAULT_STEPS))
+    model = MODELS[size]
+    steps = int(os.environ.get(steps_variable(size), model.steps))
     devices = int(os.environ.get("WORLD_SIZE", "1"))
     generator = torch.Generator().manual_seed(0)
-    rows = 64 * steps * devices
+    rows = model.batch * steps * devices
     data = TensorDataset(
-        torch.randn(rows, 64, generator=generator),
-        torch.randint(0, 10, (rows,), generator=generator),
+        torch.randn(rows, model.widths[0], generator=generator),
+        torch.randint(0, model.widths[-1], (rows,), generator=generator),
     )
 
     class MLP(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = torch.nn.Sequential(
-                torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
-            )
+            layers: list[torch.nn.Module] = []
+            for a, b in zip(model.widths, model.widths[1:], strict=False):
+                layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+            self.net = torch.nn.Sequential(*layers[:-1])
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, y = batch
@@ -81,10 +119,23 @@ def target() -> int:
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    trainer.fit(MLP(), DataLoader(data, batch_size=64))
+    trainer.fit(MLP(), DataLoader(data, batch_size=model.batch))
     if trainer.global_step != steps:
         raise AssertionError(f"trained {trainer.global_step} steps, not {steps}")
     return int(trainer.global_step)
+
+
+def target_tiny() -> int:
+    """The tiny target (a World loads it by name)."""
+    return fit("tiny")
+
+
+def target_large() -> int:
+    """The large target (a World loads it by name)."""
+    return fit("large")
+
+
+target = target_tiny  # the name earlier versions of this script ran
 
 
 def quiet() -> None:
@@ -127,7 +178,15 @@ def interleave(rounds: int, ways: dict[str, Callable[[], float]]) -> dict[str, l
     return times
 
 
-def report(title: str, times: dict[str, list[float]], target_ratio: float | None) -> None:
+def ratio(times: dict[str, list[float]]) -> tuple[float, float]:
+    """b/a of the medians of the last two ways, and the median of the per-round ratios."""
+    checked, unchecked = list(times)[-1], list(times)[-2]
+    whole = statistics.median(times[checked]) / statistics.median(times[unchecked])
+    paired = statistics.median(b / a for b, a in zip(times[checked], times[unchecked], strict=True))
+    return whole, paired
+
+
+def report(title: str, times: dict[str, list[float]], goal: float | None) -> None:
     names = list(times)
     base = statistics.median(times[names[0]])
     print(title)
@@ -135,42 +194,40 @@ def report(title: str, times: dict[str, list[float]], target_ratio: float | None
         median = statistics.median(times[name])
         spread = " ".join(f"{t:.3f}" for t in times[name])
         print(f"  {name:<34} median {median:.3f} s  x{median / base:.3f}  [{spread}]")
-    checked, unchecked = names[-1], names[-2]
-    ratio = statistics.median(times[checked]) / statistics.median(times[unchecked])
-    paired = statistics.median(b / a for b, a in zip(times[checked], times[unchecked], strict=True))
-    goal = f" (target <= {target_ratio:.2f})" if target_ratio else ""
-    print(f"  b/a = {ratio:.3f}{goal}   [median of per-round ratios {paired:.3f}]")
+    whole, paired = ratio(times)
+    target_text = f" (target <= {goal:.2f})" if goal else ""
+    print(f"  b/a = {whole:.3f}{target_text}   [median of per-round ratios {paired:.3f}]")
 
 
-def world_times(rounds: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def world_times(
+    world: Any, size: str, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     from chaoslight import Schedule
-    from chaoslight._world import World
 
     checks = all_checks()
+    name = f"{HERE}:target_{size}"
     caller: dict[str, list[float]] = {"a no checks": [], "b all checks": []}
 
-    def way(name: str, chosen: list[Any]) -> Callable[[], float]:
+    def way(label: str, chosen: list[Any]) -> Callable[[], float]:
         def run() -> float:
             start = time.perf_counter()
-            outcome = world.run(TARGET, Schedule(), timeout=60, checks=chosen)
-            caller[name].append(time.perf_counter() - start)
+            outcome = world.run(name, Schedule(), timeout=120, checks=chosen)
+            caller[label].append(time.perf_counter() - start)
             if outcome.status != "passed":
                 raise SystemExit(outcome.report())
             return float(outcome.wall_s)
 
         return run
 
-    with World(size=SIZE) as world:
-        world.start()
-        ways = {"a no checks": way("a no checks", []), "b all checks": way("b all checks", checks)}
-        for run in ways.values():  # warm-up: first-call costs in the workers
-            run()
-        for values in caller.values():
-            values.clear()
-        return interleave(rounds, ways), caller
+    ways = {"a no checks": way("a no checks", []), "b all checks": way("b all checks", checks)}
+    for run in ways.values():  # warm-up: first-call costs in the workers
+        run()
+    for values in caller.values():
+        values.clear()
+    return interleave(rounds, ways), caller
 
 
-def in_process_times(rounds: int) -> dict[str, list[float]]:
+def in_process_times(size: str, rounds: int) -> dict[str, list[float]]:
     import chaoslight
     from chaoslight import Schedule
 
@@ -179,10 +236,10 @@ def in_process_times(rounds: int) -> dict[str, list[float]]:
             quiet()
             start = time.perf_counter()
             if context is None:
-                target()
+                fit(size)
             else:
                 with context() as injected:
-                    target()
+                    fit(size)
                 if injected.violations:
                     raise AssertionError(f"violations: {injected.violations}")
             return time.perf_counter() - start
@@ -203,30 +260,51 @@ def in_process_times(rounds: int) -> dict[str, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--size", choices=("tiny", "large", "both"), default="both")
+    parser.add_argument("--rounds", type=int, help="rounds per size (default: 9 tiny, 5 large)")
+    parser.add_argument("--steps", type=int, help="steps per fit (default: 80 tiny, 8 large)")
     args = parser.parse_args()
-    os.environ[STEPS_ENV] = str(args.steps)  # before the World starts: workers inherit it
+    sizes = ["tiny", "large"] if args.size == "both" else [args.size]
+    for size in sizes:  # before the World starts: workers inherit the environment
+        os.environ[steps_variable(size)] = str(args.steps or MODELS[size].steps)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     quiet()
+    from chaoslight._world import World
 
-    world, caller = world_times(args.rounds)
-    local = in_process_times(args.rounds)
+    rounds = {size: args.rounds or MODELS[size].rounds for size in sizes}
+    world: dict[str, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
+    with World(size=SIZE) as pool:
+        pool.start()
+        for size in sizes:
+            world[size] = world_times(pool, size, rounds[size])
+    local = {size: in_process_times(size, rounds[size]) for size in sizes}
     import lightning
 
     print(
-        f"{args.steps} steps, batch 64, MLP 64-256-10, SGD; {args.rounds} rounds interleaved; "
         f"{os.cpu_count()} cores, 1 torch thread per process; Python {sys.version.split()[0]}, "
-        f"torch {torch.__version__}, Lightning {lightning.__version__}"
+        f"torch {torch.__version__}, Lightning {lightning.__version__}; SGD; rounds interleaved"
     )
     print(
         "checks (b): ReplicasInSync FiniteLoss FiniteGrads DisjointShards ErrorsSurface NoHang(60)"
     )
-    report(f"World(size={SIZE}), outcome.wall_s:", world, 1.25)
-    report(f"World(size={SIZE}), world.run timed in the caller (for reference):", caller, None)
-    report("in-process, 1 rank, wall time of the with-block:", local, 1.25)
+    summary = []
+    for size in sizes:
+        model = MODELS[size]
+        steps = os.environ[steps_variable(size)]
+        print(f"\n== {size}: {model.describe()}, {steps} steps, {rounds[size]} rounds ==")
+        report(f"World(size={SIZE}), outcome.wall_s:", world[size][0], model.goal)
+        report(f"World(size={SIZE}), world.run timed in the caller:", world[size][1], None)
+        report("in-process, 1 rank, wall time of the with-block:", local[size], model.goal)
+        for place, times in (("World(size=2)", world[size][0]), ("in-process", local[size])):
+            whole, paired = ratio(times)
+            summary.append(
+                f"  {size:<6} {place:<14} b/a {whole:.3f} "
+                f"(per-round median {paired:.3f}; target <= {model.goal:.2f})"
+            )
+    print("\nall-default-checks overhead (b/a):")
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":

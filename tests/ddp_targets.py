@@ -230,3 +230,40 @@ def checkpointed_every_step() -> None:
         dirpath="checkpoints", every_n_train_steps=1, save_last=True
     )
     _checkpointed([every_step])
+
+
+class _SkipOnOom(tiny_model_class()):  # type: ignore[misc]
+    """Catches the forward's OOM; ``coordinated`` decides how the ranks recover from it."""
+
+    coordinated = True
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        failed = 0
+        try:
+            loss = torch.nn.functional.mse_loss(self(x), y)
+        except torch.OutOfMemoryError:
+            failed = 1
+            if not self.coordinated:  # the bug: shrink this rank's weights alone
+                with torch.no_grad():
+                    for parameter in self.parameters():
+                        parameter.mul_(0.5)
+        if self.coordinated:
+            flag = torch.tensor(float(failed))
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank agrees to skip
+            failed = int(flag.item())
+        if failed:
+            return sum(p.sum() for p in self.parameters()) * 0.0  # the same on every rank
+        return loss
+
+
+def coordinated_skip() -> None:
+    """Correct: an OOM on any rank makes every rank skip that batch, so replicas stay equal."""
+    _fit(_SkipOnOom())
+
+
+def lopsided_recovery() -> None:
+    """Bug: the rank that runs out of memory halves its own weights and goes on alone."""
+    model = _SkipOnOom()
+    model.coordinated = False
+    _fit(model)

@@ -236,7 +236,7 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
         | st.floats(allow_nan=False)
         | st.text(max_size=20)
     )
-    sizes = st.integers(1, 2**50)
+    sizes = st.integers(1, 2**48)
     params = {
         "delay": st.fixed_dictionaries(
             {"seconds": st.floats(0, MAX_DELAY_SECONDS) | st.integers(0, int(MAX_DELAY_SECONDS))}
@@ -292,6 +292,6 @@ def schedules(kinds: tuple[str, ...] | None = None, max_faults: int = 6) -> Any:
     from chaoslight import MemoryBudget, Schedule
 
     budgets = st.none() | st.builds(
-        MemoryBudget, limit_bytes=st.integers(1, 2**50), min_tracked_bytes=st.integers(1, 2**40)
+        MemoryBudget, limit_bytes=st.integers(1, 2**48), min_tracked_bytes=st.integers(1, 2**40)
     )
     return st.builds(Schedule, st.lists(faults(kinds), max_size=max_faults), memory_budget=budgets)

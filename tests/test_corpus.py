@@ -1,9 +1,11 @@
 """The corpus (examples/corpus): every correct program passes, every buggy twin does not.
 
-One World per world size for the whole module. A correct program is never expected to
-hang, so its runs get the full 30 s progress timeout; a buggy twin that hangs is
-recognised after ``BUGGY_TIMEOUT`` seconds without progress (a correct run reaches a
-site many times a second), which keeps the module near two minutes on two cores.
+Each run is judged as ``chaoslight fuzz`` judges it: by its default checks and the oracle
+(``chaoslight.judge``, docs/oracle.md). One World per world size for the whole module.
+A correct program is never expected to hang, so its runs get the full 30 s progress
+timeout; a buggy twin that hangs is recognised after ``BUGGY_TIMEOUT`` seconds without
+progress (a correct run reaches a site many times a second), which keeps the module
+near two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -50,38 +52,41 @@ def worlds() -> Iterator[Any]:
             world.close()
 
 
-def _describe(outcome: Any) -> str:
-    return outcome.report()[-3000:]
+def _run(worlds: Any, entry: Entry, function: str, schedule: str, timeout: float) -> Any:
+    """Run one version of ``entry`` and judge it; return (verdict, outcome)."""
+    from chaoslight import judge
+
+    world = worlds(entry.world_size)
+    outcome = world.run(
+        entry.target(function), schedule, timeout=timeout, checks=entry.build_checks()
+    )
+    return judge(outcome), outcome
+
+
+def _describe(verdict: Any, outcome: Any) -> str:
+    return f"{verdict.reason}\n{outcome.report()[-3000:]}"
 
 
 @pytest.mark.parametrize("entry", ORDERED, ids=lambda entry: entry.name)
 def test_correct_program_passes(worlds: Any, entry: Entry) -> None:
     """train() passes with no fault and every check the entry names."""
-    world = worlds(entry.world_size)
-    outcome = world.run(entry.target("train"), "", timeout=TIMEOUT, checks=entry.build_checks())
-    assert outcome.status == "passed", _describe(outcome)
+    verdict, outcome = _run(worlds, entry, "train", "", TIMEOUT)
+    assert outcome.status == "passed", _describe(verdict, outcome)
+    assert not verdict.failed, _describe(verdict, outcome)
 
 
 @pytest.mark.parametrize("entry", WITH_SCHEDULE, ids=lambda entry: entry.name)
 def test_correct_program_passes_the_revealing_schedule(worlds: Any, entry: Entry) -> None:
-    """train() also passes under the schedule that breaks its buggy twin."""
-    world = worlds(entry.world_size)
-    outcome = world.run(
-        entry.target("train"), entry.schedule, timeout=TIMEOUT, checks=entry.build_checks()
-    )
-    assert outcome.status == "passed", _describe(outcome)
+    """train() is judged correct under the schedule that breaks its buggy twin."""
+    verdict, outcome = _run(worlds, entry, "train", entry.schedule, TIMEOUT)
+    assert not verdict.failed, _describe(verdict, outcome)
 
 
 @pytest.mark.parametrize("entry", ORDERED, ids=lambda entry: entry.name)
 def test_buggy_twin_does_not_pass(worlds: Any, entry: Entry) -> None:
     """train_buggy() fails, hangs or crashes under its documented schedule."""
-    world = worlds(entry.world_size)
-    outcome = world.run(
-        entry.target("train_buggy"),
-        entry.schedule,
-        timeout=BUGGY_TIMEOUT,
-        checks=entry.build_checks(),
-    )
-    assert outcome.status != "passed", _describe(outcome)
+    verdict, outcome = _run(worlds, entry, "train_buggy", entry.schedule, BUGGY_TIMEOUT)
+    assert verdict.failed, _describe(verdict, outcome)
+    assert outcome.status != "passed", _describe(verdict, outcome)
     if entry.needs_check:
         assert outcome.violations, "a silent bug must be caught by a check, not by a crash"

@@ -121,10 +121,10 @@ OBJECT_CASES = [
     case("nth-huge", lambda: OOM(site=STEP, nth=10**12), "nth=", "at most 1000000000"),
     case("times-huge", lambda: OOM(site=STEP, times=10**12), "times=", "at most"),
     case("rank-huge", lambda: OOM(site=STEP, rank=10**12), "rank=", "ranks"),
-    case("oom-huge", lambda: OOM(10**30, site=STEP), "nbytes=", "1 PiB"),
-    case("allocate-huge", lambda: Allocate(2**51, site=STEP), "nbytes=", "1 PiB"),
+    case("oom-huge", lambda: OOM(10**30, site=STEP), "nbytes=", "256 TiB"),
+    case("allocate-huge", lambda: Allocate(10**15, site=STEP), "nbytes=", "256 TiB"),
     case("allocate-hold-huge", lambda: Allocate(site=STEP, hold_steps=10**10), "hold_steps="),
-    case("budget-huge", lambda: MemoryBudget(2**60), "limit_bytes=", "1 PiB"),
+    case("budget-huge", lambda: MemoryBudget(2**60), "limit_bytes=", "256 TiB"),
     case(
         "raise-args-not-a-tuple",
         lambda: Raise("OSError", args=28, site=STEP),

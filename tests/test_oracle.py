@@ -187,8 +187,9 @@ def test_a_fault_that_never_fired_is_named(fault: str) -> None:
 
 def test_a_never_firing_fault_is_reported_in_process_with_where_its_site_ran() -> None:
     """A fault whose step never comes is named in run.report(), with the steps its site ran."""
-    import chaoslight
     from helpers import fit
+
+    import chaoslight
 
     with chaoslight.inject("oom@lightning.forward step=99\ndelay@dist.barrier seconds=0") as run:
         fit(max_steps=3)

@@ -140,7 +140,7 @@ def test_reorders_only_at_reduction_sites() -> None:
         (lambda: schedules(faults=["oomm"]), "'oomm' is not a fault kind"),
         (lambda: schedules(mode="surviv"), "did you mean 'survive'"),
         (lambda: schedules(mode="survive", faults=["oom"]), "has no kind that mode='survive'"),
-        (lambda: one_fault(sites=["torch.save"], kinds=["drop_sync"]), "no fault kind"),
+        (lambda: one_fault(sites=["torch.save"], faults=["drop_sync"]), "no fault kind"),
         (lambda: delays(max_seconds=0), "max_seconds=0"),
         (lambda: delays(max_seconds=1, resolution=2), "resolution=2"),
     ],

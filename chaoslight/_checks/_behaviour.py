@@ -74,9 +74,13 @@ class NoHang(Check):
 
     def __init__(self, timeout: float = 30.0) -> None:
         self.timeout = check_seconds("timeout", timeout)
-        self.progress_timeout = self.timeout  # the check protocol's bound on progress
         self._dog: Any = None
         self._hang: Any = None
+
+    @property
+    def progress_timeout(self) -> float:
+        """The check protocol's bound on progress: a run idle this long is hung."""
+        return self.timeout
 
     def enter(self) -> None:
         self._hang = None

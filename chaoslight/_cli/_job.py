@@ -80,9 +80,7 @@ class Job:
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            seen = self._evidence(process.pid)
-            unreaped = self._kill(process, [s.pid for s in seen])
-            return Ending(EXIT_TIMEOUT, True, seen, unreaped=unreaped)
+            return self._time_out(process)
         except BaseException:  # Ctrl-C, SIGTERM: the job must not outlive us
             self._kill(process, self._pids(process.pid))
             raise
@@ -90,6 +88,14 @@ class Job:
         self._kill(process, leftovers)
         killed_by = -returncode if returncode < 0 else None
         return Ending(exit_status(returncode), leftovers=leftovers, killed_by=killed_by)
+
+    def _time_out(self, process: subprocess.Popen[bytes]) -> Ending:
+        seen: list[Seen] = []
+        try:
+            seen = self._evidence(process.pid)
+        finally:  # with its evidence or without (Ctrl-C while waiting for it), the job ends
+            unreaped = self._kill(process, [*(s.pid for s in seen), *self._pids(process.pid)])
+        return Ending(EXIT_TIMEOUT, True, seen, unreaped=unreaped)
 
     def _start(self) -> subprocess.Popen[bytes]:
         name = self.command[0]

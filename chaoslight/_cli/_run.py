@@ -111,8 +111,8 @@ def run_command(args: argparse.Namespace) -> int:
     if not command:
         raise UsageError("run needs a command after --, e.g. -- torchrun train.py")
     timeout = args.timeout  # in range: see _arguments
-    events_dir = None if args.events_dir is None else _events_dir(args.events_dir)
     schedule = Schedule.load(args.schedule)
+    events_dir = None if args.events_dir is None else _events_dir(args.events_dir)
     console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="chaoslight-run-") as scratch, terminate_raises():
         folder = events_dir or Path(scratch) / "events"
@@ -127,7 +127,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _events_dir(value: str) -> Path:
-    folder = Path(value)
+    """The folder, made, as an absolute path: the job's processes may change directory."""
+    folder = Path(value).absolute()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

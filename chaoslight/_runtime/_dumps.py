@@ -23,11 +23,12 @@ from chaoslight._runtime._autostart import EVENTS_VARIABLE
 from chaoslight._runtime._stacks import is_library
 
 
-def _dump_signal() -> int:
-    """A real-time signal near the top of the range where there is one: SIGUSR1 is
-    Lightning's SLURM requeue signal, and programs install handlers for SIGUSR1/2."""
+def _dump_signal() -> int | None:
+    """A real-time signal near the top of the range, where there are real-time signals
+    (Linux); elsewhere None: no dumps. SIGUSR1 is Lightning's SLURM requeue signal and
+    SIGUSR2 the watchdog's, and programs install handlers for both."""
     top = getattr(signal, "SIGRTMAX", None)
-    return int(top) - 3 if top is not None else int(signal.SIGUSR2)
+    return int(top) - 3 if top is not None else None
 
 
 DUMP_SIGNAL = _dump_signal()
@@ -45,7 +46,7 @@ def arm_dumps() -> None:
     """In a job's process: dump every thread's stack to this process's file on DUMP_SIGNAL."""
     global _armed
     events_dir = os.environ.get(EVENTS_VARIABLE)
-    if not events_dir or _armed is not None or not hasattr(faulthandler, "register"):
+    if not events_dir or _armed is not None or DUMP_SIGNAL is None:
         return
     # Evidence is a bonus: a folder we cannot write must not stop the user's program.
     with contextlib.suppress(OSError):
@@ -66,6 +67,8 @@ def armed_pids(events_dir: str | os.PathLike[str]) -> list[int]:
 
 def request_dump(pid: int) -> bool:
     """Ask an armed process for its stacks; False if it is already gone."""
+    if DUMP_SIGNAL is None:
+        return False
     try:
         os.kill(pid, DUMP_SIGNAL)
     except (ProcessLookupError, PermissionError):

@@ -320,7 +320,12 @@ class Engine:
         self._close_sink()
 
     def _note_never_fired(self) -> None:
-        """A NOTE per fault meant for this rank that never fired, saying where its site ran."""
+        """A NOTE per fault meant for this rank that never fired, saying where its site ran.
+
+        Only from a process that ran a Trainer: a launcher's own process (torchrun's agent,
+        armed by ``chaoslight run`` like every Python process) trains nothing."""
+        if self._trainer is None:
+            return
         rank = current_rank(self.environment_rank)
         for index, fault in enumerate(self.schedule.faults):
             if self.fired[index] or fault.rank not in (None, rank):

@@ -21,8 +21,8 @@ MAX_RANK = 10**6
 RANK_WHY = "no job has that many ranks"
 MAX_COUNT = 10**9
 COUNT_WHY = "no training run makes that many steps or calls"
-MAX_BYTES = 2**50
-BYTES_WHY = "1 PiB, more memory than any device has"
+MAX_BYTES = 2**48
+BYTES_WHY = "256 TiB, more memory than any device has"
 # A search's sizes (``chaoslight fuzz`` and ``chaoslight.fuzz``).
 MAX_EXAMPLES = 10**6
 MAX_REPLAYS = 100

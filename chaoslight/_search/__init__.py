@@ -14,7 +14,15 @@ from typing import Any
 
 from chaoslight._runtime import as_checks
 from chaoslight._schedule import Schedule
-from chaoslight._schedule._validate import check_bounded_int, check_seconds
+from chaoslight._schedule._validate import (
+    MAX_EXAMPLES,
+    MAX_FAULTS,
+    MAX_REPLAYS,
+    MAX_STEPS,
+    check_bounded_int,
+    check_seconds,
+    check_world_size,
+)
 from chaoslight._search._campaign import Campaign, Progress, Result
 from chaoslight._search._failure import DEFAULT_CHECKS, Failure, check_specs
 from chaoslight._search._oracle import Verdict, judge
@@ -34,8 +42,6 @@ __all__ = [
     "judge",
     "replay",
 ]
-
-MAX_WORLD_SIZE = 64  # each rank is a process on this machine
 
 
 class _Quiet:
@@ -80,7 +86,7 @@ class _Job:
 
 def _job(target: str, world_size: int, timeout: float, checks: Sequence[Any] | None) -> _Job:
     parse_target(target)
-    check_bounded_int("world_size", world_size, 1, MAX_WORLD_SIZE, "each rank is a process")
+    check_world_size("world_size", world_size)
     named = DEFAULT_CHECKS if checks is None else checks
     return _Job(target, world_size, check_seconds("timeout", timeout), tuple(as_checks(named)))
 
@@ -109,8 +115,10 @@ def fuzz(
     when it found something, the failure to save and replay.
     """
     job = _job(target, world_size, timeout, checks)
-    check_bounded_int("max_examples", max_examples, 1, 10**6)
-    check_bounded_int("replays", replays, 0, 100)
+    check_bounded_int("max_examples", max_examples, 1, MAX_EXAMPLES)
+    check_bounded_int("replays", replays, 0, MAX_REPLAYS)
+    check_bounded_int("steps", steps, 1, MAX_STEPS)
+    check_bounded_int("max_faults", max_faults, 1, MAX_FAULTS)
     strategy = schedules(
         world_size=world_size, steps=steps, sites=sites, faults=faults, max_faults=max_faults
     )

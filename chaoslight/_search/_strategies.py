@@ -290,7 +290,7 @@ def one_fault(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
-    kinds: Iterable[str] | None = None,
+    faults: Iterable[str] | None = None,
     mode: str | None = None,
     in_process: bool = False,
 ) -> st.SearchStrategy[Fault]:
@@ -301,7 +301,7 @@ def one_fault(
     chosen = _common(world_size, steps, sites)
     usable = [
         k
-        for k in _resolve_kinds(kinds, mode, in_process)
+        for k in _resolve_kinds(faults, mode, in_process)
         if _CAPABILITY.get(k) is None or _able(chosen, _CAPABILITY[k])
     ]
     if not usable:
@@ -338,7 +338,7 @@ def schedules(
         world_size=world_size,
         steps=steps,
         sites=sites,
-        kinds=faults,
+        faults=faults,
         mode=mode,
         in_process=in_process,
     )

@@ -24,8 +24,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
-# What every run of the corpus is judged by (names of chaoslight's built-in checks).
-DEFAULT_CHECKS = ("replicas-in-sync", "disjoint-shards", "finite-loss")
+# What every run of the corpus is judged by: the checks ``chaoslight fuzz`` uses when
+# given none (names of chaoslight's built-in checks).
+DEFAULT_CHECKS = ("replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface", "no-hang")
 
 
 @dataclass(frozen=True)

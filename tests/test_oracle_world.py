@@ -1,0 +1,79 @@
+"""Each rule of docs/oracle.md on real 2-rank Lightning programs: a correct one and a buggy
+twin per rule, judged by ``chaoslight.judge`` as the search judges them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ddp_target
+
+import chaoslight
+from chaoslight._search._oracle import (
+    BENIGN_RULE,
+    FAILED_CLEANLY,
+    HANG_RULE,
+    NO_FAULT,
+    RECOVERED,
+    SWALLOWED,
+)
+from chaoslight._world import World
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 20.0
+CHECKS = ["replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface"]
+WORLD_TARGETS = f"{Path(__file__).resolve().parent}/world_targets.py"
+
+
+def judged(world: World, target: str, schedule: str = "") -> chaoslight.Verdict:
+    outcome = world.run(target, schedule, timeout=TIMEOUT, checks=CHECKS)
+    return chaoslight.judge(outcome)
+
+
+def test_no_fault_correct_passes_and_a_broken_target_fails_with_its_own_error(
+    world2: World,
+) -> None:
+    """With nothing injected a correct fit passes; a target that raises is named as the cause."""
+    assert not judged(world2, ddp_target("plain")).failed
+    broken = judged(world2, f"{WORLD_TARGETS}:raises_at_once")
+    assert broken.failed and broken.rule == NO_FAULT
+    assert "raised: ValueError: rank" in broken.reason
+
+
+def test_benign_fault_correct_passes_and_a_drifting_program_fails(world2: World) -> None:
+    """Under a straggler a correct fit passes; a rank-0-only weight edit breaks the replicas."""
+    delay = "delay@lightning.on_train_batch_end rank=0 step=1 seconds=0.2"
+    assert not judged(world2, ddp_target("plain"), delay).failed
+    drift = judged(world2, ddp_target("rank_zero_edit"), delay)
+    assert drift.failed and drift.rule == BENIGN_RULE and "replicas-in-sync" in drift.reason
+
+
+def test_hard_fault_failing_cleanly_passes_and_a_swallowed_oom_fails(world2: World) -> None:
+    """An OOM that ends its rank is allowed; one swallowed while a peer fails is the bug."""
+    oom = "oom@lightning.forward rank=1 step=1"
+    clean = judged(world2, ddp_target("plain"), oom)
+    assert not clean.failed and clean.rule == FAILED_CLEANLY
+    swallowed = judged(world2, ddp_target("swallowed_oom"), oom)
+    assert swallowed.failed and swallowed.rule == SWALLOWED
+    assert swallowed.reason.startswith("rank 1 swallowed the injected oom@lightning.forward")
+
+
+def test_hard_fault_consistent_recovery_passes_and_a_lopsided_one_fails(world2: World) -> None:
+    """Every rank skipping the OOM's batch is a recovery; one rank recovering alone drifts."""
+    oom = "oom@lightning.forward rank=1 step=1"
+    recovered = judged(world2, ddp_target("coordinated_skip"), oom)
+    assert not recovered.failed and recovered.rule == RECOVERED
+    lopsided = judged(world2, ddp_target("lopsided_recovery"), oom)
+    assert lopsided.failed and lopsided.rule == RECOVERED
+    assert "replicas-in-sync" in lopsided.reason
+
+
+def test_desync_fault_only_a_hang_fails(world2: World) -> None:
+    """A dropped all-reduce that aborts the peer ends: allowed; one that leaves ranks waiting
+    is a hang."""
+    drop = "drop_sync@dist.all_reduce rank=1 step=1"
+    aborted = judged(world2, ddp_target("plain"), drop)
+    assert not aborted.failed and aborted.rule == HANG_RULE
+    hang = judged(world2, f"{WORLD_TARGETS}:log_at_batch_end", drop)
+    assert hang.failed and hang.rule == HANG_RULE and hang.status == "hung"
