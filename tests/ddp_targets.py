@@ -267,3 +267,15 @@ def lopsided_recovery() -> None:
     model = _SkipOnOom()
     model.coordinated = False
     _fit(model)
+
+
+def missing_file_on_rank_1() -> None:
+    """Bug: rank 1 reads a file only rank 0 would have written, mid-training."""
+
+    class Reader(tiny_model_class()):  # type: ignore[misc]
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+            if self.trainer.global_rank == 1 and batch_idx == 1:
+                with open("stats-from-rank-0.json") as handle:
+                    handle.read()
+
+    _fit(Reader())

@@ -206,3 +206,43 @@ def test_database_lets_a_second_campaign_start_from_the_first_ones_failure(tmp_p
     assert first.status == second.status == "failed"  # type: ignore[attr-defined]
     assert second.examples < first.examples  # type: ignore[attr-defined]
     assert second.schedule == first.schedule  # type: ignore[attr-defined]
+
+
+BROKEN = """
+import sys
+
+def needs_an_argument(x):
+    return x
+
+def raises_key_error():
+    return {}["missing"]
+
+def exits():
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("function", "error"),
+    [
+        ("needs_an_argument", "TypeError"),
+        ("raises_key_error", "KeyError: 'missing'"),
+        ("exits", "SystemExit: 3"),
+    ],
+)
+def test_a_broken_target_is_reported_as_failing_with_no_fault(
+    tmp_path: Path, function: str, error: str
+) -> None:
+    """A target broken on its own is reported with its own error and the empty schedule,
+    never with some fault called minimal."""
+    (tmp_path / "broken.py").write_text(BROKEN)
+    found = chaoslight(
+        "fuzz", f"{tmp_path}/broken.py:{function}", "--max-examples", "5", "--replays", "1",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "the target fails with no fault injected" in found.stdout
+    assert "no fault needed (empty schedule)" in found.stdout
+    assert error in found.stdout.split("failure: ")[1]
+    assert "minimal failing schedule" not in found.stdout

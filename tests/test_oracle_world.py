@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 TIMEOUT = 20.0
 CHECKS = ["replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface"]
 WORLD_TARGETS = f"{Path(__file__).resolve().parent}/world_targets.py"
+EXAMPLE = f"{Path(__file__).resolve().parent.parent}/examples/ddp_train.py:train"
 
 
 def judged(world: World, target: str, schedule: str = "") -> chaoslight.Verdict:
@@ -73,7 +74,17 @@ def test_desync_fault_only_a_hang_fails(world2: World) -> None:
     """A dropped all-reduce that aborts the peer ends: allowed; one that leaves ranks waiting
     is a hang."""
     drop = "drop_sync@dist.all_reduce rank=1 step=1"
-    aborted = judged(world2, ddp_target("plain"), drop)
+    aborted = judged(world2, EXAMPLE, drop)  # gloo aborts the peer on the size mismatch
     assert not aborted.failed and aborted.rule == HANG_RULE
     hang = judged(world2, f"{WORLD_TARGETS}:log_at_batch_end", drop)
     assert hang.failed and hang.rule == HANG_RULE and hang.status == "hung"
+
+
+def test_the_root_cause_leads_and_the_released_peer_is_marked_a_consequence(
+    world2: World,
+) -> None:
+    """Rank 1's own FileNotFoundError comes first; rank 0's gloo error follows, marked."""
+    verdict = judged(world2, ddp_target("missing_file_on_rank_1"))
+    assert verdict.failed and verdict.rule == NO_FAULT
+    assert verdict.reason.startswith("rank 1 raised: FileNotFoundError"), verdict.reason
+    assert "consequence: rank 0 was released" in verdict.reason

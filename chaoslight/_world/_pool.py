@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._runtime._inject import ScheduleLike, as_schedule
-from chaoslight._runtime._protocol import progress_timeout
+from chaoslight._runtime._protocol import as_checks, progress_timeout
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
@@ -155,7 +155,7 @@ class World:
         plan = as_schedule(schedule)
         check_ranks_fit(plan, self.size)
         timeout = check_seconds("timeout", timeout)
-        checked = list(checks)
+        checked = as_checks(checks)  # objects, or names such as "replicas-in-sync"
         timeout = progress_timeout(checked, timeout)
         blob = base64.b64encode(pickle.dumps(checked)).decode() if checked else None
         try:
