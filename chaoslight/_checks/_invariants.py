@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import struct
 from collections import defaultdict
 from typing import Any
 
@@ -19,48 +21,98 @@ def _quietly() -> Any:
     return engine.internal() if engine is not None else contextlib.nullcontext()
 
 
-_WEIGHTS: dict[tuple[int, str], Any] = {}
+# Elements summed per kernel call. A block's float64 copy stays in cache, and no float64
+# copy of a whole tensor is made (on CPU a fresh large buffer costs more in page faults
+# than the sums). Accelerators take bigger blocks, for fewer launches.
+BLOCK_CPU = 1 << 16
+BLOCK_ACCELERATOR = 1 << 22
 
 
-def _weights(numel: int, device: Any) -> Any:
-    """1, 2, ..., numel in float64 on ``device``, made once per size and device."""
+def _words(flat: Any) -> list[Any]:
+    """The flat tensor's bytes as int64 words counted from its start, the last zero-padded."""
     import torch
 
-    key = (numel, str(device))
-    if key not in _WEIGHTS:
-        if len(_WEIGHTS) > 256:
-            _WEIGHTS.clear()
-        _WEIGHTS[key] = torch.arange(1, numel + 1, dtype=torch.float64, device=device)
-    return _WEIGHTS[key]
+    raw = flat.view(torch.uint8)
+    if raw.storage_offset() % 8:
+        raw = raw.clone()  # an unaligned view (rare): the same words, from an aligned copy
+    whole = raw.numel() - raw.numel() % 8
+    words = [raw[:whole].view(torch.int64)] if whole else []
+    if whole < raw.numel():
+        tail = raw.new_zeros(8)
+        tail[: raw.numel() - whole] = raw[whole:]
+        words.append(tail.view(torch.int64))
+    return words
 
 
-def checksums(module: Any, buffers: bool = False) -> tuple[list[str], list[list[float]]]:
-    """Per tensor: its float64 sum and a position-weighted sum. Two numbers cross, not weights.
+def _fetch(floats: list[Any], ints: list[Any]) -> tuple[list[float], list[int]]:
+    """0-dim float64 and int64 tensors of one device as numbers: one transfer, bits kept."""
+    import torch
 
-    A one-ulp change of one float32 element moves the float64 sums (float64 keeps 29 more
-    bits); the weighted sum catches changes that cancel in the plain sum. All the sums
-    leave the device in one transfer.
+    parts = [torch.stack(floats).view(torch.int64)] if floats else []
+    got = torch.cat(parts + [torch.stack(ints)] if ints else parts).tolist() if parts else []
+    n = len(floats)
+    return list(struct.unpack(f"<{n}d", struct.pack(f"<{n}q", *got[:n]))), got[n:]
+
+
+def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
+    """Per tensor: its float64 sum, its position-weighted float64 sum (weights 1, 2, ...)
+    and, with ``bits``, the sum modulo 2**64 of its bytes read as int64 words: exact, so
+    any changed bit moves it.
+
+    Blocks of ``BLOCK_*`` elements are copied into one float64 scratch buffer and summed
+    there; the block at offset ``o`` adds ``o * its sum`` to the weighted sum, so one
+    ``1..BLOCK`` weight vector serves every size and nothing outlives the call. A device's
+    partial sums leave it in one transfer and are added up in the same order on every rank.
     """
     import torch
 
+    flats = [(torch.view_as_real(t) if t.is_complex() else t).reshape(-1) for t in tensors]
+    result: list[list[Any]] = [[0.0, 0.0] + ([0] if bits else []) for _ in flats]
+    with torch.no_grad(), _quietly():
+        for device in dict.fromkeys(flat.device for flat in flats):
+            mine = [i for i, flat in enumerate(flats) if flat.device == device]
+            width = BLOCK_CPU if device.type == "cpu" else BLOCK_ACCELERATOR
+            width = min(width, max(1, *(flats[i].numel() for i in mine)))
+            scratch = torch.empty(width, dtype=torch.float64, device=device)
+            weights = torch.arange(1, width + 1, dtype=torch.float64, device=device)
+            floats: list[Any] = []
+            blocks: list[tuple[int, int]] = []
+            words: list[tuple[int, Any]] = []
+            for i in mine:
+                for start in range(0, flats[i].numel(), width):
+                    block = scratch[: min(width, flats[i].numel() - start)]
+                    block.copy_(flats[i][start : start + width])
+                    floats += [block.sum(), torch.dot(block, weights[: block.numel()])]
+                    blocks.append((i, start))
+                words += [(i, word.sum()) for word in _words(flats[i])] if bits else []
+            sums, ints = _fetch(floats, [word for _, word in words])
+            for (i, start), part, dot in zip(blocks, sums[::2], sums[1::2], strict=True):
+                result[i][0] += part
+                result[i][1] += dot + start * part if start else dot  # 0 * inf is NaN
+            for (i, _), word in zip(words, ints, strict=True):
+                result[i][2] = (result[i][2] + word) % 2**64
+    return result
+
+
+def checksums(module: Any, buffers: bool = False) -> tuple[list[str], list[list[float]]]:
+    """Per parameter (and buffer on request): its float64 sum and position-weighted sum.
+
+    A one-ulp change of one float32 element moves the float64 sum unless the element is
+    about 2**29 times smaller than the sums it is added to (float64 keeps 29 more bits);
+    the weighted sum catches what cancels in the plain sum (two elements swapped).
+    """
     items = list(module.named_parameters())
     if buffers:
         items += list(module.named_buffers())
-    if not items:
-        return [], []
-    with torch.no_grad(), _quietly():
-        pairs = []
-        for _, tensor in items:
-            flat = tensor.detach().reshape(-1).double()
-            pairs.append(
-                torch.stack([flat.sum(), torch.dot(flat, _weights(flat.numel(), flat.device))])
-            )
-        values = torch.stack(pairs).cpu().tolist()
-    return [name for name, _ in items], values
+    return [name for name, _ in items], summaries([tensor.detach() for _, tensor in items])
 
 
 class ReplicasInSync(Check):
-    """After every optimizer step, the ranks' parameters (and buffers on request) agree."""
+    """After every optimizer step, the ranks' parameters (and buffers on request) agree.
+
+    At ``atol=0`` the comparison is bitwise: besides the two float64 sums, each rank sends
+    the exact 64-bit sum of each tensor's bytes, which any changed bit moves.
+    """
 
     name = "replicas-in-sync"
     cause = (
@@ -80,11 +132,15 @@ class ReplicasInSync(Check):
         def on_train_batch_end(self: Any, trainer: Any, module: Any, *args: Any) -> None:
             if trainer.world_size < 2:
                 return  # one replica: nothing to compare, nothing to pay
-            names, sums = checksums(module, check.buffers)
-            sizes = [t.numel() for _, t in module.named_parameters()]
-            if check.buffers:
-                sizes += [t.numel() for _, t in module.named_buffers()]
-            observe(check.name, trainer, {"names": names, "sums": sums, "sizes": sizes})
+            items = list(module.named_parameters())
+            items += list(module.named_buffers()) if check.buffers else []
+            tensors = [tensor.detach() for _, tensor in items]
+            facts = {
+                "names": [name for name, _ in items],
+                "sums": summaries(tensors, bits=True),
+                "sizes": [tensor.numel() for tensor in tensors],
+            }
+            observe(check.name, trainer, facts)
 
         return observer_class(
             "ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end}
@@ -129,9 +185,15 @@ class ReplicasInSync(Check):
 
     def _differ(self, mine: list[float], theirs: list[float], size: int) -> bool:
         """Bitwise at atol=0; else the mean element may move by atol (sum by size * atol)."""
-        if self.atol == 0.0:
-            return mine != theirs
+        if self.atol == 0.0:  # bitwise: the same bits give the same NaN sums
+            return mine != theirs and any(a == a or b == b for a, b in zip(mine, theirs))
         return abs(mine[0] - theirs[0]) > self.atol * max(size, 1)
+
+
+def _loss_of(outputs: Any) -> Any:
+    if isinstance(outputs, dict):
+        return outputs.get("loss")
+    return outputs
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -153,11 +215,15 @@ class FiniteLoss(Check):
             import torch
 
             loss = _loss_of(outputs)
-            if isinstance(loss, torch.Tensor):
-                with _quietly():
-                    finite = bool(torch.isfinite(loss.detach()).all().cpu())
-                if not finite:
-                    observe(check.name, trainer, {"value": str(loss.detach().cpu().tolist())})
+            if not isinstance(loss, torch.Tensor):
+                return
+            with torch.no_grad(), _quietly():
+                if loss.numel() == 1 and math.isfinite(loss.item()):
+                    return
+                if loss.numel() != 1 and bool(torch.isfinite(loss).all()):
+                    return
+                value = str(loss.detach().cpu().tolist())
+            observe(check.name, trainer, {"value": value})
 
         return observer_class("FiniteLossObserver", {"on_train_batch_end": on_train_batch_end})()
 
@@ -185,6 +251,22 @@ def _first_bad(check: Any, evidence: Evidence, describe: Any) -> list[Violation]
     ]
 
 
+def all_finite(tensors: list[Any]) -> bool:
+    """No NaN or Inf in any of the tensors: one fused norm and one transfer per device.
+
+    A NaN or Inf makes its tensor's norm NaN or Inf; a finite tensor's norm can overflow
+    too, so False is a hint to confirm element by element, never a verdict.
+    """
+    import torch
+
+    with torch.no_grad(), _quietly():
+        for device in dict.fromkeys(t.device for t in tensors):
+            mine = [t._values() if t.is_sparse else t for t in tensors if t.device == device]
+            if not bool(torch.isfinite(torch.stack(torch._foreach_norm(mine))).all()):
+                return False
+    return True
+
+
 class FiniteGrads(Check):
     """Before every optimizer step, every gradient is finite."""
 
@@ -197,20 +279,20 @@ class FiniteGrads(Check):
         def on_before_optimizer_step(self: Any, trainer: Any, module: Any, optimizer: Any) -> None:
             import torch
 
-            grads = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
-            if not grads:
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            if not grads or all_finite(grads):
                 return
-            with _quietly():
-                # A NaN or Inf anywhere makes the float64 total non-finite (float64 cannot
-                # overflow on float32 gradients): one transfer in the common, finite case.
-                total = torch.stack([g.sum(dtype=torch.float64) for _, g in grads]).sum()
-                if bool(torch.isfinite(total).cpu()):
-                    return
-                finite = torch.stack([torch.isfinite(g).all() for _, g in grads]).cpu().tolist()
-            for (name, _), ok in zip(grads, finite, strict=True):
-                if not ok:
-                    observe(check.name, trainer, {"parameter": name})
-                    return
+            with torch.no_grad(), _quietly():  # a norm said no: find the culprit, if any
+                bad = next(
+                    (
+                        name
+                        for name, p in module.named_parameters()
+                        if p.grad is not None and not all_finite_elements(p.grad)
+                    ),
+                    None,
+                )
+            if bad is not None:
+                observe(check.name, trainer, {"parameter": bad})
 
         hooks = {"on_before_optimizer_step": on_before_optimizer_step}
         return observer_class("FiniteGradsObserver", hooks)()

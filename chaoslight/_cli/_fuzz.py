@@ -24,6 +24,13 @@ EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL = 0, 1, 3
 
 
 def add_commands(commands: Any) -> None:
+    """The ``fuzz``, ``check`` and ``replay`` sub-commands."""
+    _add_fuzz(commands)
+    _add_check(commands)
+    _add_replay(commands)
+
+
+def _add_fuzz(commands: Any) -> None:
     fuzz_parser = commands.add_parser(
         "fuzz",
         help="search schedules that break TARGET; shrink and replay one",
@@ -34,7 +41,18 @@ def add_commands(commands: Any) -> None:
     )
     fuzz_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
     _world_options(fuzz_parser, world_size=2, timeout=20.0)
-    search = fuzz_parser.add_argument_group("search")
+    _search_options(fuzz_parser.add_argument_group("search"))
+    out = fuzz_parser.add_argument_group("output")
+    out.add_argument("--out", default="chaoslight-failure.json", help="the failure file to write")
+    out.add_argument(
+        "--emit-test",
+        default=None,
+        metavar="PATH",
+        help="also write a pytest regression test to PATH (default: none)",
+    )
+
+
+def _search_options(search: Any) -> None:
     search.add_argument("--max-examples", type=int, default=100, help="schedules to try")
     search.add_argument(
         "--faults",
@@ -66,21 +84,17 @@ def add_commands(commands: Any) -> None:
         default=None,
         help="Hypothesis example database folder, made if missing (default: none kept)",
     )
-    out = fuzz_parser.add_argument_group("output")
-    out.add_argument("--out", default="chaoslight-failure.json", help="the failure file to write")
-    out.add_argument(
-        "--emit-test",
-        default=None,
-        metavar="PATH",
-        help="also write a pytest regression test to PATH (default: none)",
-    )
 
+
+def _add_check(commands: Any) -> None:
     check_parser = commands.add_parser(
         "check", help="run TARGET once with no fault and the default checks"
     )
     check_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
     _world_options(check_parser, world_size=2, timeout=20.0)
 
+
+def _add_replay(commands: Any) -> None:
     replay_parser = commands.add_parser("replay", help="run a failure or schedule file again")
     replay_parser.add_argument("file", help="a failure file from fuzz, or a schedule file")
     replay_parser.add_argument("target", nargs="?", default=None, help="(default: the file's)")

@@ -232,22 +232,40 @@ class Engine:
             if aborting and behaviour.before_abort is not None:
                 with self.internal():
                     behaviour.before_abort(wrapped, args, kwargs)
-            if isinstance(fault, Delay):
-                time.sleep(fault.seconds)
-            elif isinstance(fault, OOM):
-                error = simulated_oom(fault.nbytes, rank, str(fault))
-                if not fault.deferred:
-                    raise error
-                self.pending_oom = error
-            elif isinstance(fault, Allocate):
-                self._allocate(fault, step)
-            elif isinstance(fault, Raise):
-                raise self.exceptions[fault.exception](*fault.args)
-            elif isinstance(fault, Crash):
-                self._close_sink()
-                os.kill(os.getpid(), fault.signal)
-            elif isinstance(fault, DropSync):
-                skip = True
+            skip = self._apply(fault, rank, step) or skip
+        return self._call_through(faults, skip, reorder, wrapped, args, kwargs, behaviour)
+
+    def _apply(self, fault: Fault, rank: int, step: int | None) -> bool:
+        """Do what ``fault`` does before the call; True when the call is to be skipped."""
+        __tracebackhide__ = True
+        if isinstance(fault, Delay):
+            time.sleep(fault.seconds)
+        elif isinstance(fault, OOM):
+            error = simulated_oom(fault.nbytes, rank, str(fault))
+            if not fault.deferred:
+                raise error
+            self.pending_oom = error
+        elif isinstance(fault, Allocate):
+            self._allocate(fault, step)
+        elif isinstance(fault, Raise):
+            raise self.exceptions[fault.exception](*fault.args)
+        elif isinstance(fault, Crash):
+            # Every event is already flushed to the kernel; the log stays open, so a rank
+            # that survives the signal (a SIGTERM handler) keeps recording.
+            os.kill(os.getpid(), fault.signal)
+        return isinstance(fault, DropSync)
+
+    def _call_through(
+        self,
+        faults: list[Fault],
+        skip: bool,
+        reorder: str | None,
+        wrapped: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        behaviour: Behaviour,
+    ) -> Any:
+        """The wrapped call as the faults leave it: skipped, reordered, or poisoned after."""
         if skip and behaviour.skip is not None:
             with self.internal():
                 return behaviour.skip(args, kwargs)

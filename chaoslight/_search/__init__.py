@@ -8,12 +8,12 @@ wants to know before searching); ``replay`` runs a failure file again.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._runtime import as_checks
-from chaoslight._schedule import Schedule
+from chaoslight._schedule import InvalidArgument, Schedule
 from chaoslight._schedule._validate import (
     MAX_EXAMPLES,
     MAX_FAULTS,
@@ -71,13 +71,15 @@ class _Job:
         return judge(outcome), outcome
 
     @contextmanager
-    def runner(self) -> Iterator[Any]:
-        """A Campaign runner on one warm World; ``fresh=True`` runs in a new World."""
-        with World(size=self.world_size) as world:
+    def runner(self, world: World | None = None) -> Iterator[Any]:
+        """A Campaign runner on one warm World (``world``, or one started here and closed
+        after); ``fresh=True`` runs in a new World, with new processes and directories."""
+        started: Any = World(size=self.world_size) if world is None else nullcontext(world)
+        with started as warm:
 
             def run(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Outcome]:
                 if not fresh:
-                    return self.run(world, schedule)
+                    return self.run(warm, schedule)
                 with World(size=self.world_size) as new:
                     return self.run(new, schedule)
 
@@ -106,13 +108,16 @@ def fuzz(
     replays: int = 3,
     database: str | None = None,
     display: Any = None,
+    world: World | None = None,
 ) -> tuple[Result, Failure | None]:
     """Search schedules that make ``target`` fail on a World of ``world_size`` ranks.
 
     With no arguments but the target it does the right thing: every fault kind a correct
     program can meet in production, the default checks, each run judged by the oracle.
-    ``faults``/``sites``/``checks`` narrow or widen it. Returns the campaign's result and,
-    when it found something, the failure to save and replay.
+    ``faults``/``sites``/``checks`` narrow or widen it. ``world`` runs the search on a
+    World you already have (its size must be ``world_size``); replays that need a fresh
+    World start their own. Returns the campaign's result and, when it found something,
+    the failure to save and replay.
     """
     job = _job(target, world_size, timeout, checks)
     check_bounded_int("max_examples", max_examples, 1, MAX_EXAMPLES)
@@ -123,7 +128,9 @@ def fuzz(
         world_size=world_size, steps=steps, sites=sites, faults=faults, max_faults=max_faults
     )
     key = f"{target}|{world_size}|{sorted(c.name for c in job.checks)}"
-    with job.runner() as run, display or _Quiet() as shown:
+    if world is not None and world.size != world_size:
+        raise InvalidArgument(f"world=World(size={world.size}) is not world_size={world_size}")
+    with job.runner(world) as run, display or _Quiet() as shown:
         result = Campaign(
             run, strategy, max_examples, seed, database, key, replays, on_progress=shown.update
         ).execute()

@@ -46,7 +46,7 @@ INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 # Functions of chaoslight that raise on purpose (the injected fault, a budget OOM, a hang).
-_DELIBERATE = frozenset({"_fire", "sync_point", "charge", "allocate", "_on_signal"})
+_DELIBERATE = frozenset({"_fire", "_apply", "sync_point", "charge", "allocate", "_on_signal"})
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
 

@@ -1,0 +1,61 @@
+"""``chaoslight fuzz`` with default arguments on the corpus: no false alarm on any correct
+program, every buggy twin found with the right cause (benchmarks/false_alarms.py runs the
+same with 50+ examples each)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chaoslight
+from chaoslight._search._campaign import BASELINE, CLEAN, FAILED
+from chaoslight._world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # examples.corpus, and its own check for the workers
+from examples.corpus import CORPUS, Entry  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CI_EXAMPLES = 8  # per correct program here; the benchmark runs 50 or more
+SEARCHABLE = [entry for entry in CORPUS if entry.world_size == 2]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    """One 2-rank World for the whole corpus (fresh-World replays start their own)."""
+    with World(size=2) as shared:
+        yield shared
+
+
+def fuzz(entry: Entry, function: str, world: World, examples: int) -> chaoslight._search.Result:
+    result, _ = chaoslight.fuzz(
+        entry.target(function),
+        world_size=entry.world_size,
+        checks=entry.build_checks(),
+        max_examples=examples,
+        seed=0,
+        replays=1,
+        world=world,
+    )
+    return result
+
+
+@pytest.mark.parametrize("entry", SEARCHABLE, ids=lambda e: e.name)
+def test_no_false_alarm_on_a_correct_program(entry: Entry, world: World) -> None:
+    """The default search (every production fault kind, the oracle) passes a correct program."""
+    result = fuzz(entry, "train", world, CI_EXAMPLES)
+    assert result.status == CLEAN, (result.schedule, result.verdict)
+
+
+@pytest.mark.parametrize("entry", SEARCHABLE, ids=lambda e: e.name)
+def test_every_buggy_twin_is_found(entry: Entry, world: World) -> None:
+    """The default search finds each buggy twin: with no fault when it needs none."""
+    result = fuzz(entry, "train_buggy", world, 60)
+    assert result.status in (FAILED, BASELINE), (result.status, result.verdict)
+    assert result.verdict is not None and not result.verdict.internal
+    if not entry.schedule:
+        assert result.status == BASELINE and len(result.schedule) == 0, result.schedule
