@@ -1,6 +1,6 @@
 """How much every single-run check slows a CPU fit, tiny and large, in a World and in-process.
 
-    python benchmarks/checks_overhead.py                     # both sizes (about 4 minutes)
+    python benchmarks/checks_overhead.py                     # both sizes (about 2 minutes)
     python benchmarks/checks_overhead.py --size tiny --rounds 15
     python benchmarks/checks_overhead.py --size large --steps 12
 
@@ -8,7 +8,7 @@ Two targets (``target_tiny``, ``target_large``: an MLP fit with SGD, ``devices``
 ``WORLD_SIZE``):
 
   tiny   64-256-10 MLP (19 K parameters), batch 64, 80 steps by default, 9 rounds;
-  large  1024-2048-2048-2048-10 MLP (10.5 M parameters), batch 128, 8 steps, 5 rounds.
+  large  1024-2048-2048-2048-10 MLP (10.5 M parameters), batch 128, 8 steps, 7 rounds.
 
 Each is run two ways, interleaved with the order alternating each round:
 
@@ -68,7 +68,7 @@ class Model:
 
 MODELS = {
     "tiny": Model((64, 256, 10), batch=64, steps=80, rounds=9, goal=1.25),
-    "large": Model((1024, 2048, 2048, 2048, 10), batch=128, steps=8, rounds=5, goal=1.10),
+    "large": Model((1024, 2048, 2048, 2048, 10), batch=128, steps=8, rounds=7, goal=1.10),
 }
 
 
@@ -107,6 +107,7 @@ def fit(size: str) -> int:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     torch.manual_seed(0)
+    quiet()  # no banners from the workers either
     trainer = pl.Trainer(
         max_steps=steps,
         accelerator="cpu",
@@ -261,7 +262,7 @@ def in_process_times(size: str, rounds: int) -> dict[str, list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "large", "both"), default="both")
-    parser.add_argument("--rounds", type=int, help="rounds per size (default: 9 tiny, 5 large)")
+    parser.add_argument("--rounds", type=int, help="rounds per size (default: 9 tiny, 7 large)")
     parser.add_argument("--steps", type=int, help="steps per fit (default: 80 tiny, 8 large)")
     args = parser.parse_args()
     sizes = ["tiny", "large"] if args.size == "both" else [args.size]

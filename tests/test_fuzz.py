@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ddp_targets
@@ -246,3 +247,19 @@ def test_a_broken_target_is_reported_as_failing_with_no_fault(
     assert "no fault needed (empty schedule)" in found.stdout
     assert error in found.stdout.split("failure: ")[1]
     assert "minimal failing schedule" not in found.stdout
+
+
+@pytest.mark.slow
+def test_max_time_bounds_the_campaign_and_the_coverage_is_printed(tmp_path: Path) -> None:
+    """--max-time ends the campaign with its best result, well before the example budget;
+    the summary says what was explored."""
+    started = time.monotonic()
+    clean = chaoslight(
+        "fuzz", f"{SWALLOWED}:train_fixed", "--max-examples", "100000", "--max-time", "8",
+        cwd=tmp_path,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert elapsed < 8 + 60  # the World's start and the example in flight, with a wide margin
+    assert re.search(r"explored: faults at \d+ of \d+ reached \(site, step\) points", clean.stdout)
+    assert "kinds tried:" in clean.stdout

@@ -112,8 +112,14 @@ def test_two_fault_failure_shrinks_to_exactly_those_two(attempt: int) -> None:
 
 
 def test_delays_shrink_to_the_smallest_failing_grid_step() -> None:
-    """Delays shrink to the smallest multiple of the resolution that still fails."""
-    minimal = find(delays(max_seconds=2.0), lambda f: f.seconds >= 0.25)  # type: ignore[attr-defined]
+    """Delays shrink to the smallest grid point that still fails: 0.3 s for a 0.25 s bound."""
+    minimal = find(delays(max_seconds=3.0), lambda f: f.seconds >= 0.25)  # type: ignore[attr-defined]
+    assert minimal.seconds == 0.3  # type: ignore[attr-defined]
+
+
+def test_delays_with_a_resolution_shrink_to_its_smallest_failing_multiple() -> None:
+    """With a resolution, delays are its multiples and shrink to the smallest that fails."""
+    minimal = find(delays(max_seconds=2.0, resolution=0.05), lambda f: f.seconds >= 0.25)  # type: ignore[attr-defined]
     assert minimal.seconds == 0.25  # type: ignore[attr-defined]
 
 
@@ -142,7 +148,7 @@ def test_reorders_only_at_reduction_sites() -> None:
         (lambda: schedules(mode="survive", faults=["oom"]), "has no kind that mode='survive'"),
         (lambda: one_fault(sites=["torch.save"], faults=["drop_sync"]), "no fault kind"),
         (lambda: delays(max_seconds=0), "max_seconds=0"),
-        (lambda: delays(max_seconds=1, resolution=2), "resolution=2"),
+        (lambda: delays(max_seconds=1, resolution=2), "between 2"),
     ],
 )
 def test_bad_arguments_fail_when_built(build: object, message: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import struct
 from collections import defaultdict
 from typing import Any
 
@@ -24,34 +23,18 @@ def _quietly() -> Any:
 # Elements summed per kernel call. A block's float64 copy stays in cache, and no float64
 # copy of a whole tensor is made (on CPU a fresh large buffer costs more in page faults
 # than the sums). Accelerators take bigger blocks, for fewer launches.
-BLOCK_CPU = 1 << 16
+BLOCK_CPU = 1 << 17
 BLOCK_ACCELERATOR = 1 << 22
 
 
-def _words(flat: Any) -> list[Any]:
-    """The flat tensor's bytes as int64 words counted from its start, the last zero-padded."""
+def _words(flat: Any) -> Any:
+    """The flat tensor's bytes as int64 words from its start (zero-padded to whole words)."""
     import torch
 
-    raw = flat.view(torch.uint8)
-    if raw.storage_offset() % 8:
-        raw = raw.clone()  # an unaligned view (rare): the same words, from an aligned copy
-    whole = raw.numel() - raw.numel() % 8
-    words = [raw[:whole].view(torch.int64)] if whole else []
-    if whole < raw.numel():
-        tail = raw.new_zeros(8)
-        tail[: raw.numel() - whole] = raw[whole:]
-        words.append(tail.view(torch.int64))
-    return words
-
-
-def _fetch(floats: list[Any], ints: list[Any]) -> tuple[list[float], list[int]]:
-    """0-dim float64 and int64 tensors of one device as numbers: one transfer, bits kept."""
-    import torch
-
-    parts = [torch.stack(floats).view(torch.int64)] if floats else []
-    got = torch.cat(parts + [torch.stack(ints)] if ints else parts).tolist() if parts else []
-    n = len(floats)
-    return list(struct.unpack(f"<{n}d", struct.pack(f"<{n}q", *got[:n]))), got[n:]
+    raw = flat.contiguous().view(torch.uint8)
+    if raw.storage_offset() % 8 or raw.numel() % 8:  # rare: copy to aligned whole words
+        raw = torch.cat([raw, raw.new_zeros(-raw.numel() % 8)])
+    return raw.view(torch.int64)
 
 
 def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
@@ -59,37 +42,45 @@ def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
     and, with ``bits``, the sum modulo 2**64 of its bytes read as int64 words: exact, so
     any changed bit moves it.
 
-    Blocks of ``BLOCK_*`` elements are copied into one float64 scratch buffer and summed
-    there; the block at offset ``o`` adds ``o * its sum`` to the weighted sum, so one
-    ``1..BLOCK`` weight vector serves every size and nothing outlives the call. A device's
-    partial sums leave it in one transfer and are added up in the same order on every rank.
+    A tensor of more than ``BLOCK_*`` elements is summed block by block in one float64
+    scratch buffer; the block at offset ``o`` adds ``o * its sum`` to the weighted sum, so
+    one weight vector serves every size, and nothing outlives the call. A device's partial
+    sums leave it in one transfer (per kind) and are added up in the same order on every
+    rank.
     """
     import torch
 
-    flats = [(torch.view_as_real(t) if t.is_complex() else t).reshape(-1) for t in tensors]
+    flats = [t.detach() for t in tensors]
+    flats = [(torch.view_as_real(t) if t.is_complex() else t).reshape(-1) for t in flats]
     result: list[list[Any]] = [[0.0, 0.0] + ([0] if bits else []) for _ in flats]
-    with torch.no_grad(), _quietly():
+    with _quietly():
         for device in dict.fromkeys(flat.device for flat in flats):
             mine = [i for i, flat in enumerate(flats) if flat.device == device]
             width = BLOCK_CPU if device.type == "cpu" else BLOCK_ACCELERATOR
             width = min(width, max(1, *(flats[i].numel() for i in mine)))
-            scratch = torch.empty(width, dtype=torch.float64, device=device)
             weights = torch.arange(1, width + 1, dtype=torch.float64, device=device)
-            floats: list[Any] = []
-            blocks: list[tuple[int, int]] = []
-            words: list[tuple[int, Any]] = []
+            scratch, partial, ints, blocks = None, [], [], []
             for i in mine:
-                for start in range(0, flats[i].numel(), width):
-                    block = scratch[: min(width, flats[i].numel() - start)]
-                    block.copy_(flats[i][start : start + width])
-                    floats += [block.sum(), torch.dot(block, weights[: block.numel()])]
+                flat, size = flats[i], flats[i].numel()
+                words, per = _words(flat) if bits else None, width * flat.element_size() // 8
+                for start in range(0, size, width):
+                    if size <= width:  # one block: a small float64 copy
+                        block, chunk = flat.to(torch.float64), words
+                    else:
+                        if scratch is None:
+                            scratch = torch.empty(width, dtype=torch.float64, device=device)
+                        block = scratch.narrow(0, 0, min(width, size - start))
+                        block.copy_(flat.narrow(0, start, block.numel()))
+                        at = start // width * per  # the block's own words, read while cached
+                        chunk = words.narrow(0, at, min(per, len(words) - at)) if bits else None
+                    partial += [block.sum(), torch.dot(block, weights.narrow(0, 0, block.numel()))]
+                    ints += [chunk.sum()] if bits else []
                     blocks.append((i, start))
-                words += [(i, word.sum()) for word in _words(flats[i])] if bits else []
-            sums, ints = _fetch(floats, [word for _, word in words])
+            sums = torch.stack(partial).tolist() if partial else []
             for (i, start), part, dot in zip(blocks, sums[::2], sums[1::2], strict=True):
                 result[i][0] += part
                 result[i][1] += dot + start * part if start else dot  # 0 * inf is NaN
-            for (i, _), word in zip(words, ints, strict=True):
+            for (i, _), word in zip(blocks, torch.stack(ints).tolist() if ints else []):
                 result[i][2] = (result[i][2] + word) % 2**64
     return result
 
@@ -135,12 +126,10 @@ class ReplicasInSync(Check):
             items = list(module.named_parameters())
             items += list(module.named_buffers()) if check.buffers else []
             tensors = [tensor.detach() for _, tensor in items]
-            facts = {
-                "names": [name for name, _ in items],
-                "sums": summaries(tensors, bits=True),
-                "sizes": [tensor.numel() for tensor in tensors],
-            }
-            observe(check.name, trainer, facts)
+            sums, sizes = summaries(tensors, bits=True), [t.numel() for t in tensors]
+            observe(
+                check.name, trainer, {"names": [n for n, _ in items], "sums": sums, "sizes": sizes}
+            )
 
         return observer_class(
             "ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end}
@@ -185,21 +174,13 @@ class ReplicasInSync(Check):
 
     def _differ(self, mine: list[float], theirs: list[float], size: int) -> bool:
         """Bitwise at atol=0; else the mean element may move by atol (sum by size * atol)."""
-        if self.atol == 0.0:  # bitwise: the same bits give the same NaN sums
-            return mine != theirs and any(a == a or b == b for a, b in zip(mine, theirs))
+        if self.atol == 0.0:  # bitwise (the word sums): equal bits give the same NaN sums
+            return any(a != b and (a == a or b == b) for a, b in zip(mine, theirs, strict=False))
         return abs(mine[0] - theirs[0]) > self.atol * max(size, 1)
 
 
 def _loss_of(outputs: Any) -> Any:
-    if isinstance(outputs, dict):
-        return outputs.get("loss")
-    return outputs
-
-
-def _loss_of(outputs: Any) -> Any:
-    if isinstance(outputs, dict):
-        return outputs.get("loss")
-    return outputs
+    return outputs.get("loss") if isinstance(outputs, dict) else outputs
 
 
 class FiniteLoss(Check):
@@ -217,10 +198,9 @@ class FiniteLoss(Check):
             loss = _loss_of(outputs)
             if not isinstance(loss, torch.Tensor):
                 return
-            with torch.no_grad(), _quietly():
-                if loss.numel() == 1 and math.isfinite(loss.item()):
-                    return
-                if loss.numel() != 1 and bool(torch.isfinite(loss).all()):
+            with torch.no_grad(), _quietly():  # a scalar loss: one call, no new tensor
+                one = loss.numel() == 1
+                if math.isfinite(loss.item()) if one else bool(torch.isfinite(loss).all()):
                     return
                 value = str(loss.detach().cpu().tolist())
             observe(check.name, trainer, {"value": value})
@@ -233,36 +213,31 @@ class FiniteLoss(Check):
 
 def _first_bad(check: Any, evidence: Evidence, describe: Any) -> list[Violation]:
     """One violation for the earliest (step, rank) observation of ``check``, if any."""
-    bad = [
-        (e.step if e.step is not None else -1, e.rank, f)
-        for e, f in evidence.observations(check.name)
-    ]
+    seen = evidence.observations(check.name)
+    bad = [(e.step if e.step is not None else -1, e.rank, f) for e, f in seen]
     if not bad:
         return []
     step, rank, facts = min(bad, key=lambda item: (item[0], item[1]))
-    return [
-        Violation(
-            check.name,
-            describe(facts),
-            rank=rank,
-            step=None if step < 0 else step,
-            cause=check.cause,
-        )
-    ]
+    where = {"rank": rank, "step": None if step < 0 else step, "cause": check.cause}
+    return [Violation(check.name, describe(facts), **where)]
+
+
+def _dense(tensor: Any) -> Any:
+    return tensor._values() if tensor.is_sparse else tensor
 
 
 def all_finite(tensors: list[Any]) -> bool:
-    """No NaN or Inf in any of the tensors: one fused norm and one transfer per device.
+    """No NaN or Inf in any of the tensors: one fused norm call and one transfer per device.
 
-    A NaN or Inf makes its tensor's norm NaN or Inf; a finite tensor's norm can overflow
-    too, so False is a hint to confirm element by element, never a verdict.
+    A NaN or Inf makes its tensor's norm, and the sum of the norms, NaN or Inf; but so can
+    finite values whose norms overflow: False is a hint to confirm element by element.
     """
     import torch
 
     with torch.no_grad(), _quietly():
         for device in dict.fromkeys(t.device for t in tensors):
-            mine = [t._values() if t.is_sparse else t for t in tensors if t.device == device]
-            if not bool(torch.isfinite(torch.stack(torch._foreach_norm(mine))).all()):
+            norms = torch._foreach_norm([_dense(t) for t in tensors if t.device == device])
+            if not math.isfinite(torch.stack(norms).sum().item()):
                 return False
     return True
 
@@ -282,17 +257,14 @@ class FiniteGrads(Check):
             grads = [p.grad for p in module.parameters() if p.grad is not None]
             if not grads or all_finite(grads):
                 return
-            with torch.no_grad(), _quietly():  # a norm said no: find the culprit, if any
-                bad = next(
-                    (
-                        name
-                        for name, p in module.named_parameters()
-                        if p.grad is not None and not all_finite_elements(p.grad)
-                    ),
-                    None,
-                )
-            if bad is not None:
-                observe(check.name, trainer, {"parameter": bad})
+            with torch.no_grad(), _quietly():  # confirm element by element, name the first
+                bad = [
+                    name
+                    for name, p in module.named_parameters()
+                    if p.grad is not None and not bool(torch.isfinite(_dense(p.grad)).all())
+                ]
+            if bad:
+                observe(check.name, trainer, {"parameter": bad[0]})
 
         hooks = {"on_before_optimizer_step": on_before_optimizer_step}
         return observer_class("FiniteGradsObserver", hooks)()
@@ -308,54 +280,46 @@ def _first_tensor(batch: Any) -> Any:
 
     if isinstance(batch, torch.Tensor):
         return batch
-    items = (
-        batch.values()
-        if isinstance(batch, dict)
-        else batch
-        if isinstance(batch, (list, tuple))
-        else ()
-    )
-    for item in items:
-        found = _first_tensor(item)
-        if found is not None:
-            return found
-    return None
+    items = batch.values() if isinstance(batch, dict) else batch
+    items = items if isinstance(batch, (dict, list, tuple)) else ()
+    return next((found for item in items if (found := _first_tensor(item)) is not None), None)
 
 
-_MULTIPLIERS: dict[str, Any] = {}
-
-
-def _multipliers(count: int, device: Any) -> Any:
-    """Fixed odd 64-bit multipliers (seeded), at least ``count`` of them, on ``device``."""
+def _multipliers(count: int, device: Any, cache: dict[Any, Any] | None) -> Any:
+    """``count`` fixed odd 64-bit multipliers on ``device`` (seeded: the same on every rank)."""
     import torch
 
-    key = str(device)
-    have = _MULTIPLIERS.get(key)
-    if have is None or have.numel() < count:
+    key = (count, str(device))
+    if cache is None or key not in cache:
         generator = torch.Generator().manual_seed(0x5EED)
-        fresh = torch.randint(-(2**62), 2**62, (max(count, 64),), generator=generator) * 2 + 1
-        _MULTIPLIERS[key] = have = fresh.to(device)
-    return have[:count]
+        fresh = torch.randint(-(2**62), 2**62, (count,), generator=generator) * 2 + 1
+        if cache is None:
+            return fresh.to(device)
+        cache[key] = fresh.to(device)
+    return cache[key]
 
 
-def row_hashes(batch: Any) -> list[int]:
+def row_hashes(batch: Any, cache: dict[Any, Any] | None = None) -> list[int]:
     """A 64-bit fingerprint of each sample (row) of the batch's first tensor.
 
     One vectorised multiply-and-sum over the rows' bytes (integer overflow wraps), so a
-    batch of 64 samples costs one small kernel, not 64 calls into a hash library.
+    batch of 64 samples costs one small kernel, not 64 calls into a hash library. The
+    multipliers are kept in ``cache`` when given (the observer's, emptied after each fit).
     """
     import torch
 
     tensor = _first_tensor(batch)
-    if tensor is None or tensor.dim() == 0:
+    if tensor is None or tensor.dim() == 0 or tensor.shape[0] == 0:
         return []
     with torch.no_grad(), _quietly():
-        rows = tensor.detach().contiguous().reshape(tensor.shape[0], -1)
-        raw = rows.view(torch.uint8)
+        rows = tensor.reshape(tensor.shape[0], -1)
+        if not rows.is_contiguous() or rows.storage_offset() * rows.element_size() % 8:
+            rows = rows.clone(memory_format=torch.contiguous_format)  # aligned, as a copy
         # The widest integer view the row's bytes allow: fewer elements to multiply.
-        data = raw.view(torch.int64) if raw.shape[1] % 8 == 0 else raw.to(torch.int64)
-        fingerprints = (data * _multipliers(data.shape[1], data.device)).sum(dim=1)
-        values: list[int] = fingerprints.cpu().tolist()
+        wide = rows.shape[1] * rows.element_size() % 8 == 0
+        data = rows.view(torch.int64) if wide else rows.view(torch.uint8).to(torch.int64)
+        fingerprints = (data * _multipliers(data.shape[1], data.device, cache)).sum(dim=1)
+        values: list[int] = fingerprints.tolist()
     return values
 
 
@@ -371,15 +335,17 @@ class DisjointShards(Check):
 
     def observer(self) -> Any:
         check = self
+        cache: dict[Any, Any] = {}  # this fit's hash multipliers
 
         def on_train_batch_start(self: Any, trainer: Any, module: Any, batch: Any, *a: Any) -> None:
-            observe(
-                check.name, trainer, {"epoch": trainer.current_epoch, "rows": row_hashes(batch)}
-            )
+            facts = {"epoch": trainer.current_epoch, "rows": row_hashes(batch, cache)}
+            observe(check.name, trainer, facts)
 
-        return observer_class(
-            "DisjointShardsObserver", {"on_train_batch_start": on_train_batch_start}
-        )()
+        def forget(self: Any, *args: Any, **kwargs: Any) -> None:
+            cache.clear()  # nothing outlives the fit
+
+        hooks = {"on_train_batch_start": on_train_batch_start, "on_exception": forget}
+        return observer_class("DisjointShardsObserver", {**hooks, "teardown": forget})()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         seen: dict[int, dict[int, list[tuple[int | None, int]]]] = defaultdict(

@@ -43,6 +43,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "steps": _bounded(1, MAX_STEPS, STEPS_WHY),
     "max_faults": _bounded(1, MAX_FAULTS, FAULTS_WHY),
     "timeout": check_seconds,
+    "max_time": check_seconds,
     "database": check_directory,
     "events_dir": check_directory,
     "out": check_output_file,

@@ -64,7 +64,28 @@ def _search_options(search: Any) -> None:
         default=None,
         help="comma-separated site names (default: every site each fault kind can fire at)",
     )
-    search.add_argument("--steps", type=int, default=4, help="faults target steps 0..STEPS-1")
+    search.add_argument(
+        "--steps",
+        type=int,
+        default=4,
+        help="faults target steps 0..STEPS-1, only when the baseline run records no reach "
+        "(by default faults go where the baseline run went, over its whole run)",
+    )
+    search.add_argument(
+        "--max-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="bound the whole campaign (search, shrinking, replays); it stops with the best "
+        "result so far (default: no bound)",
+    )
+    search.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="search the I-th of N disjoint parts of the reached fault space (workers "
+        "sharing --database; default: all of it)",
+    )
     search.add_argument("--max-faults", type=int, default=3, help="most faults in one schedule")
     search.add_argument(
         "--seed", type=int, default=None, help="Hypothesis seed (default: a random one)"
@@ -143,6 +164,15 @@ def _split(value: str | None) -> list[str] | None:
     return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise InvalidArgument(f"--shard={value} must be I/N with 0 <= I < N, e.g. 0/4")
+    return int(index), int(count)
+
+
 def _checks(args: argparse.Namespace) -> list[str]:
     unknown = [name for name in args.no_check if name not in DEFAULT_CHECKS]
     if unknown:
@@ -188,12 +218,16 @@ def fuzz_command(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         replays=args.replays,
         database=args.database,
+        max_time=args.max_time,
+        shard=_shard(args.shard),
         display=Display(f"{args.target} (world size {args.world_size})"),
     )
     if result.status == CLEAN:
         console.print(
             f"chaoslight fuzz: no failure in {result.examples} examples ({result.wall_s:.1f} s)"
         )
+        if result.coverage is not None:
+            console.print(result.coverage.line())
         return EXIT_CLEAN
     assert failure is not None and result.schedule is not None
     _print_result(console, result, failure)
@@ -203,6 +237,8 @@ def fuzz_command(args: argparse.Namespace) -> int:
     if args.emit_test and result.status != INTERNAL:
         emit_test(failure, args.emit_test)
         console.print(f"regression test written to {args.emit_test}")
+    if result.coverage is not None:
+        console.print(result.coverage.line())
     return {INTERNAL: EXIT_INTERNAL, FLAKY: EXIT_CLEAN}.get(result.status, EXIT_FOUND)
 
 

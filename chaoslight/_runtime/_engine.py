@@ -35,7 +35,9 @@ from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
 from chaoslight._sites._reorder import NATURAL
 
-MAX_STEPS_SEEN = 50  # steps remembered per faulted site, for a never-fired fault's note
+# Steps remembered per site: what a never-fired fault's note says, and the reach a search
+# records in its baseline run to draw only (site, step) points that really happen.
+MAX_STEPS_SEEN = 512
 _ABORTING = (OOM, Raise, Crash)
 
 Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
@@ -93,7 +95,7 @@ class Engine:
         self.calls: Counter[str] = Counter()
         self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
         self.reached: Counter[tuple[str, int]] = Counter()
-        self.steps_seen: dict[str, list[int | None]] = {}  # per faulted site, for notes
+        self.steps_seen: dict[str, list[int | None]] = {}  # per site, the steps it ran at
         self.events: list[Event] = []
         self.pending_oom: BaseException | None = None
         self.ledger = MemoryLedger(schedule.memory_budget, current_rank)
@@ -177,10 +179,9 @@ class Engine:
         if site in self.counts_in_step:
             self.calls_in_step[(site, step)] += 1
         self.reached[(site, rank)] += 1
-        if site in self.by_site:
-            seen = self.steps_seen.setdefault(site, [])
-            if step not in seen and len(seen) < MAX_STEPS_SEEN:
-                seen.append(step)
+        seen = self.steps_seen.setdefault(site, [])
+        if (not seen or seen[-1] != step) and step not in seen and len(seen) < MAX_STEPS_SEEN:
+            seen.append(step)
         return self.calls[site]
 
     def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, reject, settings, target
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Flaky
+from hypothesis.errors import Flaky, Unsatisfiable
+from hypothesis.strategies import SearchStrategy
 
 from chaoslight._schedule import ChaosError, Schedule
 from chaoslight._search._minimize import drop_redundant_faults
@@ -33,6 +34,7 @@ from chaoslight._search._oracle import Verdict
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
 KNOWN_FAILURES = "chaoslight-failures.jsonl"  # in the campaign's database folder
+MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
 BASELINE = "fails-without-faults"  # the empty schedule already fails
 INTERNAL = "internal-error"  # chaoslight itself raised: not a finding
 
@@ -63,6 +65,8 @@ class Result:
     replays: list[Verdict] = field(default_factory=list)
     examples: int = 0
     wall_s: float = 0.0
+    tried: list[Schedule] = field(default_factory=list, repr=False)
+    coverage: Any = None  # what the search explored (``_coverage.Coverage``), when known
 
     @property
     def minimal(self) -> bool:
@@ -93,10 +97,16 @@ class Campaign:
     replays: int = 3
     on_progress: Callable[[Progress], None] = lambda progress: None
     progress: Progress = field(default_factory=Progress)
+    max_time: float | None = None  # seconds for the whole campaign; None: no bound
+    max_shrinks: int = MAX_SHRINK_RUNS
+    tried: list[Schedule] = field(default_factory=list, repr=False)
     _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
+    _started: float = field(default_factory=time.monotonic, repr=False)
+    _first_failure_at: int | None = field(default=None, repr=False)
 
     def execute(self) -> Result:
-        started = time.monotonic()
+        """Baseline, search, shrink, minimise, replay: see the module docstring."""
+        started = self._started = time.monotonic()
         self._phase("baseline")
         runs = [self._example(Schedule()) for _ in range(2)]  # twice: is it deterministic?
         failing = [run for run in runs if run[0].failed]
@@ -106,7 +116,8 @@ class Campaign:
             return self._finish(BASELINE, Schedule(), verdict, outcome, started, [other[0]])
         found = self._known_failure() or self._search()
         if found is None:
-            return Result(CLEAN, examples=self.progress.examples, wall_s=time.monotonic() - started)
+            wall = time.monotonic() - started
+            return Result(CLEAN, examples=self.progress.examples, wall_s=wall, tried=self.tried)
         if found.verdict.internal:
             return self._finish(INTERNAL, found.schedule, found.verdict, found.outcome, started)
         self._phase("minimising")
@@ -129,7 +140,10 @@ class Campaign:
         """Replay the failure (the first replay in a fresh World); differing replays: flaky."""
         self._phase("replaying")
         replays = list(seen or [])
-        replays += [self._example(schedule, fresh=index == 0)[0] for index in range(self.replays)]
+        for index in range(self.replays):
+            if self.out_of_time():
+                break  # the best result so far; it says how many replays it had
+            replays.append(self._example(schedule, fresh=index == 0)[0])
         differs = any(
             r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays
         )
@@ -143,6 +157,7 @@ class Campaign:
             replays,
             self.progress.examples,
             time.monotonic() - started,
+            self.tried,
         )
 
     def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
@@ -164,11 +179,19 @@ class Campaign:
             report_multiple_bugs=False,
             print_blob=False,
         )
-        @given(schedule=self.strategy)
+        @given(schedule=self._strategy())
         def prop(schedule: Schedule) -> None:
+            if self.out_of_time() or self._shrinks_spent():
+                reject()  # no more runs: Hypothesis ends with the best failure so far
+            for fault in schedule:
+                event(f"{fault.kind}@{fault.site}")
             verdict, outcome = self._example(schedule)
+            if outcome is not None and hasattr(outcome, "wall_s"):
+                target(float(outcome.wall_s), label="seconds the run took")
             if verdict.failed:
                 self.progress.failures += 1
+                if self._first_failure_at is None:
+                    self._first_failure_at = self.progress.examples
                 self._phase("shrinking")
                 raise _Found(schedule, verdict, outcome)
 
@@ -178,6 +201,8 @@ class Campaign:
             prop()
         except _Found as found:
             return found
+        except Unsatisfiable:
+            return None  # every example was rejected: out of time before the search began
         except Flaky as flaky:
             inner = _first_found(flaky)
             if inner is not None:
@@ -222,17 +247,34 @@ class Campaign:
             handle.write(schedule.to_json(indent=None) + "\n")
 
     def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
+        self.tried.append(schedule)
         verdict, outcome = self.run(schedule, fresh)
         self.progress.examples += 1
         self.on_progress(self.progress)
         return verdict, outcome
 
     def _still_fails(self, schedule: Schedule, like: Verdict) -> bool:
+        if self.out_of_time():
+            return False  # keep what we have: the campaign's time is spent
         verdict, outcome = self._example(schedule)
         fails = verdict.failed and verdict.signature() == like.signature()
         if fails:
             self._failing[schedule.to_text()] = (verdict, outcome)
         return fails
+
+    def out_of_time(self) -> bool:
+        return self.max_time is not None and time.monotonic() - self._started >= self.max_time
+
+    def _shrinks_spent(self) -> bool:
+        first = self._first_failure_at
+        return first is not None and self.progress.examples - first >= self.max_shrinks
+
+    def _strategy(self) -> Any:
+        """The strategy, or, when given a function, what it builds now (after the baseline
+        recorded the run's reach)."""
+        if callable(self.strategy) and not isinstance(self.strategy, SearchStrategy):
+            return self.strategy()
+        return self.strategy
 
     def _phase(self, phase: str) -> None:
         self.progress.phase = phase

@@ -142,8 +142,8 @@ def judge(outcome: Any) -> Verdict:
     }
     internal = internal_error(outcome)
     if internal is not None:
-        return Verdict(True, f"internal error in chaoslight: {internal}", rule=INTERNAL,
-                       internal=True, **base)  # fmt: skip
+        reason = f"internal error in chaoslight: {internal}"
+        return Verdict(True, reason, rule=INTERNAL, internal=True, **base)
     worst = max((SEVERITY.index(fault_class(f)) for _, f in fired), default=-1)
     if worst < 0:
         return _must_pass(outcome, NO_FAULT, base)
@@ -169,11 +169,7 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
     """Under a hard fault: recovered (all passed, checks hold) or failed cleanly (every rank
     ended, each faulted rank by its own fault); else the fault was swallowed somewhere."""
     if all(r.status == PASSED for r in outcome.ranks):
-        violations = list(outcome.violations)
-        if violations:
-            return Verdict(True, str(violations[0]), rule=RECOVERED, violations=violations,
-                           **base)  # fmt: skip
-        return Verdict(False, "", rule=RECOVERED, **base)
+        return _must_pass(outcome, RECOVERED, base)
     hard: dict[int, list[Fault]] = {}
     for rank, fault in fired:
         if fault_class(fault) == HARD:
@@ -185,8 +181,8 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
             continue
         later = result.status == FAILED  # its own error, not the injected one
         if later or not explained:
-            return Verdict(True, _swallowed(result, faults[0], outcome, later),
-                           rule=SWALLOWED, **base)  # fmt: skip
+            reason = _swallowed(result, faults[0], outcome, later)
+            return Verdict(True, reason, rule=SWALLOWED, **base)
     return Verdict(False, "", rule=FAILED_CLEANLY, **base)
 
 

@@ -13,7 +13,7 @@ of ``KINDS`` below, simplest first).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +38,7 @@ from chaoslight._schedule import (
     Schedule,
     suggest,
 )
+from chaoslight._search._reach import Reach, Space
 
 # Simplest first: one_of shrinks towards earlier branches.
 KINDS = ("delay", "raise", "oom", "drop_sync", "crash", "allocate", "reorder", "corrupt")
@@ -50,6 +51,8 @@ IN_PROCESS_KINDS = ("delay", "raise", "oom", "allocate")  # a crash would kill t
 BENIGN_KINDS = ("delay", "reorder", "allocate")  # kept for the deprecated ``mode`` filter
 HARD_KINDS = ("raise", "oom", "drop_sync", "crash")
 MODES = {"survive": BENIGN_KINDS, "fail-cleanly": HARD_KINDS}
+
+DELAY_GRID = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0)  # seconds; shrinks to the left
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
 DEFAULT_SITES = (
@@ -83,41 +86,27 @@ def _check_sites(sites: Iterable[str] | None) -> tuple[str, ...]:
     return chosen
 
 
-def _able(sites: Sequence[str], capability: str | None) -> tuple[str, ...]:
-    if capability is None:
-        return tuple(sites)
-    return tuple(s for s in sites if capability in SITES[s].capabilities)
-
-
-def _trigger(
-    sites: Sequence[str], world_size: int, steps: int, capability: str | None = None
-) -> st.SearchStrategy[dict[str, Any]]:
-    able = _able(sites, capability)
-    if not able:
-        raise InvalidArgument(f"no site in sites={tuple(sites)!r} has the {capability} capability")
-    return st.fixed_dictionaries(
-        {
-            "site": st.sampled_from(able),
-            "rank": st.integers(0, world_size - 1),
-            "step": st.integers(0, steps - 1),
-        }
-    )
-
-
 def _kind(
     build: Callable[..., Fault], capability: str | None, **params: st.SearchStrategy[Any]
-) -> Callable[[Sequence[str], int, int], st.SearchStrategy[Fault]]:
-    def strategy(sites: Sequence[str], world_size: int, steps: int) -> st.SearchStrategy[Fault]:
-        trigger = _trigger(sites, world_size, steps, capability)
+) -> Callable[[Space], st.SearchStrategy[Fault]]:
+    def strategy(space: Space) -> st.SearchStrategy[Fault]:
+        trigger = space.triggers(capability)
         return st.builds(lambda t, p: build(**t, **p), trigger, st.fixed_dictionaries(params))
 
     return strategy
 
 
-def _common(world_size: int, steps: int, sites: Iterable[str] | None) -> tuple[str, ...]:
+def _space(world_size: int, steps: int, sites: Iterable[str] | None, reach: Reach | None) -> Space:
     _check_positive("world_size", world_size)
     _check_positive("steps", steps)
-    return _check_sites(sites)
+    chosen = _check_sites(sites if sites is not None or reach is None else reach_sites(reach))
+    return Space(world_size, chosen, steps, reach)
+
+
+def reach_sites(reach: Reach) -> tuple[str, ...]:
+    """Every site a run reached, in catalogue order."""
+    reached = {site for site, _ in reach.points}
+    return tuple(site for site in SITES if site in reached)
 
 
 def delays(
@@ -125,23 +114,29 @@ def delays(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
-    max_seconds: float = 0.5,
-    resolution: float = 0.05,
+    reach: Reach | None = None,
+    max_seconds: float = 3.0,
+    resolution: float | None = None,
 ) -> st.SearchStrategy[Fault]:
-    """Stragglers, in multiples of ``resolution`` seconds up to ``max_seconds``.
+    """Stragglers on a grid up to ``max_seconds``: fine near zero (50, 100, 200, 300 ms),
+    coarse above (0.5, 1, 2, 3 s), wide enough to beat the natural margins between ranks.
 
-    Shrinks to lower ranks, earlier steps, the first site and shorter delays. The grid
-    keeps a shrunk delay a clear step past the threshold that made the run fail, so the
-    minimal schedule does not sit on a timing boundary and replays the same way.
+    Shrinks to lower ranks, earlier steps, the first site and the smallest grid point
+    that still fails. The grid keeps a shrunk delay a clear step past the threshold that
+    made the run fail, so the minimal schedule does not sit on a timing boundary and
+    replays the same way. ``resolution`` draws multiples of it instead.
     """
-    chosen = _common(world_size, steps, sites)
-    if not 0.001 <= resolution <= max_seconds <= 3600:
+    space = _space(world_size, steps, sites, reach)
+    smallest = resolution if resolution is not None else DELAY_GRID[0]
+    if not 0.001 <= smallest <= max_seconds <= 3600:
         raise InvalidArgument(
-            f"max_seconds={max_seconds!r} must be between resolution={resolution!r} and 3600"
+            f"max_seconds={max_seconds!r} must be between {smallest!r} and 3600 seconds"
         )
-    ticks = st.integers(1, round(max_seconds / resolution))
-    seconds = ticks.map(lambda k: round(k * resolution, 6))
-    return _kind(Delay, None, seconds=seconds)(chosen, world_size, steps)
+    if resolution is None:
+        grid = [seconds for seconds in DELAY_GRID if seconds <= max_seconds]
+    else:
+        grid = [round(k * resolution, 6) for k in range(1, round(max_seconds / resolution) + 1)]
+    return _kind(Delay, None, seconds=st.sampled_from(grid))(space)
 
 
 def ooms(
@@ -149,12 +144,13 @@ def ooms(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
     deferred: bool | None = False,
 ) -> st.SearchStrategy[Fault]:
     """Simulated CUDA OOMs. Shrinks to lower ranks, earlier steps, immediate (not deferred)."""
-    chosen = _common(world_size, steps, sites)
+    space = _space(world_size, steps, sites, reach)
     flag = st.booleans() if deferred is None else st.just(deferred)
-    return _kind(OOM, None, deferred=flag)(chosen, world_size, steps)
+    return _kind(OOM, None, deferred=flag)(space)
 
 
 def allocations(
@@ -162,23 +158,28 @@ def allocations(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
     max_bytes: int = 2**20,
     max_hold_steps: int = 2,
 ) -> st.SearchStrategy[Fault]:
     """Rank-specific allocations. Shrinks to fewer bytes (1 KiB units) and shorter holds."""
-    chosen = _common(world_size, steps, sites)
+    space = _space(world_size, steps, sites, reach)
     _check_positive("max_bytes", max_bytes, 1024)
     _check_positive("max_hold_steps", max_hold_steps)
     nbytes = st.integers(1, max_bytes // 1024).map(lambda k: k * 1024)
     holds = st.integers(1, max_hold_steps)
-    return _kind(Allocate, None, nbytes=nbytes, hold_steps=holds)(chosen, world_size, steps)
+    return _kind(Allocate, None, nbytes=nbytes, hold_steps=holds)(space)
 
 
 def dropped_syncs(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """Skipped barriers/collectives/synchronize on one rank. Shrinks to rank 0, step 0."""
-    return _kind(DropSync, SYNC)(_common(world_size, steps, sites), world_size, steps)
+    return _kind(DropSync, SYNC)(_space(world_size, steps, sites, reach))
 
 
 def reorders(
@@ -186,6 +187,7 @@ def reorders(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
     rank_divergent: bool = False,
 ) -> st.SearchStrategy[Fault]:
     """Reordered reductions, the same order on every rank, as a real backend sums.
@@ -195,14 +197,18 @@ def reorders(
     that, so it is a different program, judged as a desync (docs/oracle.md).
     """
     orders = st.sampled_from(("reversed", "tree", "chunked", "premultiplied", "compressed"))
-    chosen = _common(world_size, steps, sites)
-    one_rank = _kind(ReorderReduction, REDUCTION, order=orders)(chosen, world_size, steps)
+    space = _space(world_size, steps, sites, reach)
+    one_rank = _kind(ReorderReduction, REDUCTION, order=orders)(space)
     every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
     return st.one_of(every_rank, one_rank) if rank_divergent else every_rank
 
 
 def raises(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """Raised errors (RuntimeError, then OSError ENOSPC). Shrinks to RuntimeError, rank 0."""
     kinds = st.sampled_from(
@@ -211,29 +217,37 @@ def raises(
             ("OSError", (28, "No space left on device")),
         )
     )
-    chosen = _common(world_size, steps, sites)
+    space = _space(world_size, steps, sites, reach)
 
     def build(**fields: Any) -> Fault:
         name, args = fields.pop("error")
         return Raise(name, args, **fields)
 
-    return _kind(build, None, error=kinds)(chosen, world_size, steps)
+    return _kind(build, None, error=kinds)(space)
 
 
 def crashes(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """SIGKILL of one rank. Shrinks to rank 0, step 0, the first site."""
-    return _kind(Crash, None)(_common(world_size, steps, sites), world_size, steps)
+    return _kind(Crash, None)(_space(world_size, steps, sites, reach))
 
 
 def corruptions(
-    *, world_size: int = 2, steps: int = 8, sites: Iterable[str] | None = None
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """NaN/Inf results. Shrinks to NaN, rank 0, step 0."""
     values = st.sampled_from(("nan", "inf"))
-    chosen = _common(world_size, steps, sites)
-    return _kind(Corrupt, RESULT, value=values)(chosen, world_size, steps)
+    space = _space(world_size, steps, sites, reach)
+    return _kind(Corrupt, RESULT, value=values)(space)
 
 
 _BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
@@ -290,6 +304,7 @@ def one_fault(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
     faults: Iterable[str] | None = None,
     mode: str | None = None,
     in_process: bool = False,
@@ -298,17 +313,14 @@ def one_fault(
 
     ``in_process=True`` never draws a crash (it would kill the process running the test).
     """
-    chosen = _common(world_size, steps, sites)
+    space = _space(world_size, steps, sites, reach)
     usable = [
-        k
-        for k in _resolve_kinds(faults, mode, in_process)
-        if _CAPABILITY.get(k) is None or _able(chosen, _CAPABILITY[k])
+        k for k in _resolve_kinds(faults, mode, in_process) if space.can_take(_CAPABILITY.get(k))
     ]
     if not usable:
-        raise InvalidArgument(f"no fault kind can fire at sites={chosen!r}")
-    return st.one_of(
-        *(_BUILDERS[k](world_size=world_size, steps=steps, sites=chosen) for k in usable)
-    )
+        raise InvalidArgument(f"no fault kind can fire at sites={tuple(space.sites)!r}")
+    options = {"world_size": world_size, "steps": steps, "sites": space.sites, "reach": reach}
+    return st.one_of(*(_BUILDERS[k](**options) for k in usable))
 
 
 def schedules(
@@ -316,6 +328,7 @@ def schedules(
     world_size: int = 2,
     steps: int = 8,
     sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
     faults: Iterable[str] | None = None,
     mode: str | None = None,
     max_faults: int = 3,
@@ -329,7 +342,10 @@ def schedules(
     raised errors, OOMs, crashes, allocations, reorders on every rank); the oracle
     (``docs/oracle.md``) judges each run by the faults that fired. ``faults=[...]``
     narrows or widens the kinds (``"drop_sync"``, ``"corrupt"`` are drawn only when
-    named). ``in_process=True`` never draws a crash. ``mode`` is a deprecated filter of
+    named). ``reach`` (a run's recorded reach) draws only the (site, step) points that run
+    reached, over the whole run, with weight on the user's own hooks; without it, steps
+    are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. ``mode`` is a
+    deprecated filter of
     kinds: ``"survive"`` keeps delays, reorders and allocations, ``"fail-cleanly"``
     raised errors, OOMs, dropped syncs and crashes.
     """
@@ -338,6 +354,7 @@ def schedules(
         world_size=world_size,
         steps=steps,
         sites=sites,
+        reach=reach,
         faults=faults,
         mode=mode,
         in_process=in_process,

@@ -17,6 +17,8 @@ workers (they unpickle it): create the World with the repository root on ``sys.p
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,21 @@ class RestartAfterCrash(Check):
         self.nth = nth
 
     def judge_reruns(self, evidence: Evidence, rerun: Any, scratch: Path) -> list[Violation]:
-        workdir = Path(scratch) / f"restart-{id(self)}-{self.nth}"
+        # A fresh directory per judgement: a search judges many runs with one check object,
+        # and a restart must not find the files of an earlier example's finished job.
+        workdir = Path(tempfile.mkdtemp(prefix=f"restart-{self.nth}-", dir=scratch))
+        try:
+            return self._crash_and_restart(rerun, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _crash_and_restart(self, rerun: Any, workdir: Path) -> list[Violation]:
         crash = Crash(site=self.site, rank=self.rank, nth=self.nth)
         crashed = rerun(Schedule([crash]), workdir=workdir)
-        if not any(event.kind == "fired" for event in crashed.events):
+        # The killed rank's own "fired" event may not survive SIGKILL: judge by how it ended.
+        view = crashed.ranks.get(self.rank)
+        fired = any(event.kind == "fired" for event in crashed.events)
+        if not fired and (view is None or view.status != "crashed"):
             return [
                 Violation(
                     self.name,
@@ -48,16 +61,16 @@ class RestartAfterCrash(Check):
                 )
             ]
         restarted = rerun(Schedule(), workdir=workdir)
-        for view in sorted(restarted.ranks.values(), key=lambda v: v.rank):
-            if view.status != "passed":
-                what = f"{view.exception_type}: {view.exception_message}".strip(": ")
+        for ended in sorted(restarted.ranks.values(), key=lambda v: v.rank):
+            if ended.status != "passed":
+                what = f"{ended.exception_type}: {ended.exception_message}".strip(": ")
                 return [
                     Violation(
                         self.name,
                         f"after rank {self.rank} crashed in call {self.nth} of {self.site}, "
-                        f"the restarted job did not finish: rank {view.rank} {view.status}"
+                        f"the restarted job did not finish: rank {ended.rank} {ended.status}"
                         + (f" ({what[:200]})" if what else ""),
-                        rank=view.rank,
+                        rank=ended.rank,
                         cause=self.cause,
                     )
                 ]

@@ -1,0 +1,39 @@
+"""What a campaign explored: reached points, the points it put faults on, kinds tried, so
+a clean result says how much of the fault space it covered."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from chaoslight._schedule import Schedule
+from chaoslight._search._reach import Reach
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The fault space a campaign could reach, and what it tried of it."""
+
+    reached: int  # (site, step) points the baseline run reached; 0 when none was recorded
+    tried: int  # of those, points at least one schedule put a fault on
+    examples: int  # schedules run, baseline and replays included
+    kinds: dict[str, int] = field(default_factory=dict)  # faults drawn per kind
+
+    def line(self) -> str:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
+        where = (
+            f"faults at {self.tried} of {self.reached} reached (site, step) points"
+            if self.reached
+            else f"faults at {self.tried} (site, step) points (no reach was recorded)"
+        )
+        return f"explored: {where}; {self.examples} runs; kinds tried: {kinds or 'none'}"
+
+
+def coverage(reach: Reach | None, tried: Iterable[Schedule]) -> Coverage:
+    schedules = list(tried)
+    points = {(f.site, f.step) for schedule in schedules for f in schedule}
+    reached = set(reach.points) if reach is not None else set()
+    kinds = Counter(f.kind for schedule in schedules for f in schedule)
+    on_reached = len(points & reached) if reached else len(points)
+    return Coverage(len(reached), on_reached, len(schedules), dict(kinds))

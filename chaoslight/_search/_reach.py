@@ -1,0 +1,136 @@
+"""The fault space a search draws from: the (site, step) points a run really reaches.
+
+A campaign's fault-free baseline run records, per rank, every site reached with the
+steps it ran at, and which hooks the user's own classes implement (``_checks/_reach.py``).
+``Reach`` turns that into points; ``Space`` draws triggers from them, with weight on the
+user's code, so the search spends its examples where faults can fire and where the user's
+code runs, over the whole run (the last step of each epoch, the hooks between epochs),
+not over a fixed few steps at ~70 sites most of which a program never reaches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hypothesis import strategies as st
+
+from chaoslight._schedule import SITES, InvalidArgument
+
+USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
+Point = tuple[str, "int | None"]  # (site, step); a None step means "whenever it is reached"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The points a baseline run reached on any rank, and the sites in the user's code."""
+
+    points: tuple[Point, ...] = ()
+    user: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_outcome(cls, outcome: Any) -> Reach | None:
+        """The reach recorded in an outcome's observations, or None when none was."""
+        seen: set[Point] = set()
+        user: set[str] = set()
+        found = False
+        for event in outcome.events:
+            if event.kind != "observation" or event.site != "reach":
+                continue
+            found = True
+            facts = _facts(event)
+            user.update(facts.get("user", ()))
+            for site, steps in facts.get("steps", {}).items():
+                seen.update((site, step) for step in steps if site in SITES)
+        if not found:
+            return None
+        return cls(tuple(sorted(_with_gradient_sync(seen), key=_order)), frozenset(user))
+
+    def shard(self, index: int, count: int) -> Reach:
+        """This worker's share of the points: disjoint across ``index`` 0..count-1."""
+        if not (isinstance(count, int) and count >= 1 and 0 <= index < count):
+            raise InvalidArgument(f"shard={index}/{count} must be i/N with 0 <= i < N")
+        mine = tuple(p for p in self.points if _bucket(p, count) == index)
+        return replace(self, points=mine)
+
+    def restricted(self, sites: Iterable[str]) -> Reach:
+        allowed = set(sites)
+        return replace(self, points=tuple(p for p in self.points if p[0] in allowed))
+
+    @property
+    def last_step(self) -> int:
+        return max((step for _, step in self.points if step is not None), default=0)
+
+
+@dataclass(frozen=True)
+class Space:
+    """Where faults may go: ranks, sites, and steps (a fixed range, or a run's reach)."""
+
+    world_size: int
+    sites: Sequence[str]
+    steps: int
+    reach: Reach | None = field(default=None)
+
+    def able(self, capability: str | None) -> list[str]:
+        """The sites that can take a kind needing ``capability`` (and, with a reach, that
+        the run reached)."""
+        able = [s for s in self.sites if capability is None or capability in SITES[s].capabilities]
+        if self.reach is not None:
+            reached = {site for site, _ in self.reach.points}
+            able = [s for s in able if s in reached]
+        return able
+
+    def can_take(self, capability: str | None) -> bool:
+        return bool(self.able(capability))
+
+    def triggers(self, capability: str | None) -> st.SearchStrategy[dict[str, Any]]:
+        """``site``/``rank``/``step`` for a kind that needs ``capability`` (None: any site).
+
+        Shrinks to rank 0, the earliest step and the first site.
+        """
+        able = self.able(capability)
+        if not able:
+            raise InvalidArgument(
+                f"no site in sites={tuple(self.sites)!r} can take a fault needing {capability}"
+            )
+        ranks = st.integers(0, self.world_size - 1)
+        if self.reach is None:
+            steps = st.integers(0, self.steps - 1)
+            return st.fixed_dictionaries(
+                {"site": st.sampled_from(able), "rank": ranks, "step": steps}
+            )
+        points = [p for p in self.reach.points if p[0] in able]
+        weighted = [p for p in points for _ in range(USER_WEIGHT if p[0] in self.reach.user else 1)]
+        return st.builds(
+            lambda point, rank: {"site": point[0], "rank": rank, "step": point[1]},
+            st.sampled_from(weighted),
+            ranks,
+        )
+
+
+def _facts(event: Any) -> dict[str, Any]:
+    try:
+        doc = json.loads(event.detail)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _with_gradient_sync(points: set[Point]) -> set[Point]:
+    """DDP's gradient all-reduce runs inside every backward (the baseline does not observe
+    it: that would change DDP's arithmetic), so it is reached wherever the backward is."""
+    backward = {step for site, step in points if site == "lightning.backward"}
+    return points | {("dist.gradient_allreduce", step) for step in backward}
+
+
+def _order(point: Point) -> tuple[int, str]:
+    site, step = point
+    return (-1 if step is None else step, site)
+
+
+def _bucket(point: Point, count: int) -> int:
+    digest = hashlib.sha256(f"{point[0]}@{point[1]}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count

@@ -1,0 +1,117 @@
+"""The reached fault space: recorded in a baseline run, drawn from with weight on user
+code, split into disjoint shards; and the coverage a campaign reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from chaoslight.strategies import schedules
+from helpers import fit, tiny_model_class
+from hypothesis import HealthCheck, given, settings
+
+import chaoslight
+from chaoslight import Schedule
+from chaoslight._checks._reach import Reach as ReachRecorder
+from chaoslight._checks._reach import user_sites
+from chaoslight._runtime import Event
+from chaoslight._search._coverage import coverage
+from chaoslight._search._reach import Reach
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class Outcome:
+    """Just the events an outcome carries."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+
+
+def observation(rank: int, steps: dict[str, list[int | None]], user: list[str]) -> Event:
+    detail = json.dumps({"steps": steps, "user": user})
+    return Event("observation", "reach", rank, None, 0.0, 0.0, detail=detail)
+
+
+REACH = Reach.from_outcome(
+    Outcome(
+        [
+            observation(0, {"lightning.training_step": [0, 1, 2], "dist.barrier": [None]}, []),
+            observation(
+                1,
+                {"lightning.training_step": [0, 1, 2], "lightning.on_train_epoch_end": [2]},
+                ["lightning.on_train_epoch_end"],
+            ),
+        ]
+    )
+)
+
+
+def test_reach_merges_every_ranks_points_and_user_sites() -> None:
+    """The points are the union over ranks, earliest step first; user sites are kept."""
+    assert REACH is not None
+    assert REACH.points == (
+        ("dist.barrier", None),
+        ("lightning.training_step", 0),
+        ("lightning.training_step", 1),
+        ("lightning.on_train_epoch_end", 2),
+        ("lightning.training_step", 2),
+    )
+    assert REACH.user == {"lightning.on_train_epoch_end"}
+    assert Reach.from_outcome(Outcome([])) is None
+
+
+@FAST
+@given(schedule=schedules(world_size=2, reach=REACH))
+def test_schedules_draw_only_reached_points(schedule: Schedule) -> None:
+    """With a reach, every fault sits at a (site, step) point the run reached."""
+    assert REACH is not None
+    for fault in schedule:
+        assert (fault.site, fault.step) in REACH.points
+
+
+def test_shards_are_disjoint_and_cover_the_reach() -> None:
+    """Shards 0/3, 1/3, 2/3 split the points with nothing shared and nothing lost."""
+    assert REACH is not None
+    parts = [set(REACH.shard(i, 3).points) for i in range(3)]
+    assert set().union(*parts) == set(REACH.points)
+    assert sum(len(p) for p in parts) == len(REACH.points)
+    with pytest.raises(chaoslight.InvalidArgument, match="shard=3/3"):
+        REACH.shard(3, 3)
+
+
+def test_user_sites_are_the_hooks_the_users_classes_define() -> None:
+    """A module's own training_step and hooks are user sites; Lightning's defaults are not."""
+
+    class Mine(tiny_model_class()):  # type: ignore[misc]
+        def on_train_epoch_end(self) -> None:
+            pass
+
+    found = user_sites(Mine(), [])
+    assert "lightning.on_train_epoch_end" in found and "lightning.training_step" in found
+    assert "lightning.on_validation_epoch_end" not in found
+
+
+def test_a_real_fit_records_its_reach_over_the_whole_run() -> None:
+    """In a real fit the recorder sees every step of every epoch and the epoch-end hook."""
+    with chaoslight.inject(checks=[ReachRecorder()]) as run:
+        fit(max_steps=6, max_epochs=3, loader=None)
+    reach = Reach.from_outcome(run)
+    assert reach is not None
+    steps = {step for site, step in reach.points if site == "lightning.training_step"}
+    assert steps == set(range(6))
+    assert any(site == "lightning.on_train_epoch_end" for site, _ in reach.points)
+    assert "lightning.training_step" in reach.user
+
+
+def test_coverage_counts_the_reached_points_faults_were_put_on() -> None:
+    """Coverage says how many reached points the tried schedules put faults on, by kind."""
+    tried = [
+        Schedule(),
+        Schedule.parse("oom@lightning.training_step rank=0 step=1"),
+        Schedule.parse("delay@lightning.training_step rank=1 step=1 seconds=0.1"),
+    ]
+    summary = coverage(REACH, tried)
+    assert (summary.reached, summary.tried, summary.examples) == (5, 1, 3)
+    assert summary.kinds == {"oom": 1, "delay": 1}
+    assert summary.line().startswith("explored: faults at 1 of 5 reached (site, step) points")
