@@ -3,6 +3,7 @@
     python benchmarks/checks_overhead.py                     # both sizes (about 2 minutes)
     python benchmarks/checks_overhead.py --size tiny --rounds 15
     python benchmarks/checks_overhead.py --size large --steps 12
+    python benchmarks/checks_overhead.py --per-check         # and each check alone, in-process
 
 Two targets (``target_tiny``, ``target_large``: an MLP fit with SGD, ``devices`` from
 ``WORLD_SIZE``):
@@ -259,11 +260,45 @@ def in_process_times(size: str, rounds: int) -> dict[str, list[float]]:
     return interleave(rounds, ways)
 
 
+def per_check_times(size: str, rounds: int) -> dict[str, list[float]]:
+    """In-process: no checks, then each check of (b) alone, interleaved."""
+    import chaoslight
+    from chaoslight import Schedule
+
+    def timed(checks: list[Any]) -> Callable[[], float]:
+        def run() -> float:
+            quiet()
+            start = time.perf_counter()
+            with chaoslight.inject(Schedule(), checks=checks):
+                fit(size)
+            return time.perf_counter() - start
+
+        return run
+
+    ways = {"no checks": timed([])}
+    ways.update({type(check).__name__: timed([check]) for check in all_checks()})
+    for run in ways.values():
+        run()  # warm-up
+    return interleave(rounds, ways)
+
+
+def report_per_check(size: str, times: dict[str, list[float]]) -> None:
+    base = times["no checks"]
+    print(f"in-process, 1 rank, one check at a time ({size}; ratio to no checks):")
+    for name, values in list(times.items())[1:]:
+        whole = statistics.median(values) / statistics.median(base)
+        paired = statistics.median(b / a for b, a in zip(values, base, strict=True))
+        print(f"  {name:<16} x{whole:.3f}   [median of per-round ratios {paired:.3f}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "large", "both"), default="both")
     parser.add_argument("--rounds", type=int, help="rounds per size (default: 9 tiny, 7 large)")
     parser.add_argument("--steps", type=int, help="steps per fit (default: 80 tiny, 8 large)")
+    parser.add_argument(
+        "--per-check", action="store_true", help="also time each check alone, in-process"
+    )
     args = parser.parse_args()
     sizes = ["tiny", "large"] if args.size == "both" else [args.size]
     for size in sizes:  # before the World starts: workers inherit the environment
@@ -281,6 +316,7 @@ def main() -> None:
         for size in sizes:
             world[size] = world_times(pool, size, rounds[size])
     local = {size: in_process_times(size, rounds[size]) for size in sizes}
+    alone = {size: per_check_times(size, rounds[size]) for size in sizes if args.per_check}
     import lightning
 
     print(
@@ -298,6 +334,8 @@ def main() -> None:
         report(f"World(size={SIZE}), outcome.wall_s:", world[size][0], model.goal)
         report(f"World(size={SIZE}), world.run timed in the caller:", world[size][1], None)
         report("in-process, 1 rank, wall time of the with-block:", local[size], model.goal)
+        if size in alone:
+            report_per_check(size, alone[size])
         for place, times in (("World(size=2)", world[size][0]), ("in-process", local[size])):
             whole, paired = ratio(times)
             summary.append(

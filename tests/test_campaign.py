@@ -97,3 +97,14 @@ def test_a_passing_target_is_clean_after_its_budget() -> None:
     """Nothing failing: the campaign ends clean after its examples."""
     result = campaign(Scripted(lambda s, n: False))
     assert result.status == CLEAN and result.schedule is None
+
+
+def test_a_delay_is_shortened_to_a_clear_step_past_its_threshold() -> None:
+    """A 3 s straggler that fails from 0.25 s on is reported one grid point above the
+    smallest failing one (0.3 s), so it does not sit on the threshold when replayed."""
+    from chaoslight._search._minimize import shorten_delays
+
+    schedule = Schedule.parse("delay@lightning.on_train_epoch_end rank=0 step=7 seconds=3")
+    shortened = shorten_delays(schedule, lambda s: s.faults[0].seconds >= 0.25)
+    assert shortened.faults[0].seconds == 0.5
+    assert shorten_delays(schedule, lambda s: s.faults[0].seconds >= 3) == schedule

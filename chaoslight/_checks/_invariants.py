@@ -27,20 +27,11 @@ BLOCK_CPU = 1 << 17
 BLOCK_ACCELERATOR = 1 << 22
 
 
-def _words(flat: Any) -> Any:
-    """The flat tensor's bytes as int64 words from its start (zero-padded to whole words)."""
-    import torch
-
-    raw = flat.contiguous().view(torch.uint8)
-    if raw.storage_offset() % 8 or raw.numel() % 8:  # rare: copy to aligned whole words
-        raw = torch.cat([raw, raw.new_zeros(-raw.numel() % 8)])
-    return raw.view(torch.int64)
-
-
 def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
     """Per tensor: its float64 sum, its position-weighted float64 sum (weights 1, 2, ...)
-    and, with ``bits``, the sum modulo 2**64 of its bytes read as int64 words: exact, so
-    any changed bit moves it.
+    and, with ``bits``, the sum modulo 2**64 of the float64 values' bit patterns: exact,
+    so any changed value moves it (float64 holds every float16, bfloat16 and float32
+    value, and every integer up to 2**53, exactly).
 
     A tensor of more than ``BLOCK_*`` elements is summed block by block in one float64
     scratch buffer; the block at offset ``o`` adds ``o * its sum`` to the weighted sum, so
@@ -62,25 +53,23 @@ def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
             scratch, partial, ints, blocks = None, [], [], []
             for i in mine:
                 flat, size = flats[i], flats[i].numel()
-                words, per = _words(flat) if bits else None, width * flat.element_size() // 8
                 for start in range(0, size, width):
                     if size <= width:  # one block: a small float64 copy
-                        block, chunk = flat.to(torch.float64), words
+                        block = flat.to(torch.float64)
                     else:
                         if scratch is None:
                             scratch = torch.empty(width, dtype=torch.float64, device=device)
                         block = scratch.narrow(0, 0, min(width, size - start))
                         block.copy_(flat.narrow(0, start, block.numel()))
-                        at = start // width * per  # the block's own words, read while cached
-                        chunk = words.narrow(0, at, min(per, len(words) - at)) if bits else None
                     partial += [block.sum(), torch.dot(block, weights.narrow(0, 0, block.numel()))]
-                    ints += [chunk.sum()] if bits else []
+                    ints += [block.view(torch.int64).sum()] if bits else []  # wraps: exact
                     blocks.append((i, start))
             sums = torch.stack(partial).tolist() if partial else []
             for (i, start), part, dot in zip(blocks, sums[::2], sums[1::2], strict=True):
                 result[i][0] += part
                 result[i][1] += dot + start * part if start else dot  # 0 * inf is NaN
-            for (i, _), word in zip(blocks, torch.stack(ints).tolist() if ints else []):
+            word_sums = torch.stack(ints).tolist() if ints else []
+            for (i, _), word in zip(blocks if bits else [], word_sums, strict=True):
                 result[i][2] = (result[i][2] + word) % 2**64
     return result
 
@@ -101,8 +90,9 @@ def checksums(module: Any, buffers: bool = False) -> tuple[list[str], list[list[
 class ReplicasInSync(Check):
     """After every optimizer step, the ranks' parameters (and buffers on request) agree.
 
-    At ``atol=0`` the comparison is bitwise: besides the two float64 sums, each rank sends
-    the exact 64-bit sum of each tensor's bytes, which any changed bit moves.
+    At ``atol=0`` the comparison is exact: besides the two float64 sums, each rank sends
+    the sum modulo 2**64 of each tensor's values' float64 bit patterns, which any changed
+    value moves (see ``summaries``).
     """
 
     name = "replicas-in-sync"

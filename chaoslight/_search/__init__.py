@@ -24,7 +24,8 @@ from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import DEFAULT_CHECKS, Failure, check_specs
 from chaoslight._search._job import Job, Quiet, make_job
 from chaoslight._search._oracle import Verdict, judge
-from chaoslight._search._strategies import schedules
+from chaoslight._search._reach import Reach
+from chaoslight._search._strategies import DEFAULT_KINDS, schedules
 from chaoslight._world import Outcome, World
 
 __all__ = [
@@ -82,10 +83,20 @@ def fuzz(
     # from the reach it recorded.
     schedules(world_size=world_size, steps=steps, sites=sites, faults=faults, max_faults=max_faults)
 
+    def space() -> Reach | None:
+        """The reached points this campaign searches (after the baseline recorded them)."""
+        if job.reach is None:
+            return None
+        reach = job.reach.restricted(sites) if sites else job.reach.focused()
+        return reach.shard(*shard) if shard is not None else reach
+
+    def probes() -> list[Schedule]:
+        reach = space()
+        kinds = DEFAULT_KINDS if faults is None else faults
+        return reach.probes(world_size, kinds) if reach is not None else []
+
     def strategy() -> Any:
-        reach = job.reach.restricted(sites) if job.reach is not None and sites else job.reach
-        if reach is not None and shard is not None:
-            reach = reach.shard(*shard)
+        reach = space()
         return schedules(
             world_size=world_size,
             steps=steps,
@@ -98,7 +109,7 @@ def fuzz(
     key = f"{target}|{world_size}|{sorted(c.name for c in job.checks)}"
     with job.runner(world) as run, display or Quiet() as shown:
         campaign = Campaign(run, strategy, max_examples, seed, database, key, replays)
-        campaign.on_progress, campaign.max_time = shown.update, max_time
+        campaign.on_progress, campaign.max_time, campaign.probes = shown.update, max_time, probes
         result = campaign.execute()
     result.coverage = coverage(job.reach, result.tried)
     return result, _failure(job, result)

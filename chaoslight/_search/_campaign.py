@@ -29,7 +29,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from chaoslight._schedule import ChaosError, Schedule
-from chaoslight._search._minimize import drop_redundant_faults
+from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
@@ -98,6 +98,7 @@ class Campaign:
     on_progress: Callable[[Progress], None] = lambda progress: None
     progress: Progress = field(default_factory=Progress)
     max_time: float | None = None  # seconds for the whole campaign; None: no bound
+    probes: Callable[[], list[Schedule]] | None = None  # tried first, after the baseline
     max_shrinks: int = MAX_SHRINK_RUNS
     tried: list[Schedule] = field(default_factory=list, repr=False)
     _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
@@ -114,7 +115,7 @@ class Campaign:
             verdict, outcome = failing[0]
             other = runs[1] if failing[0] is runs[0] else runs[0]
             return self._finish(BASELINE, Schedule(), verdict, outcome, started, [other[0]])
-        found = self._known_failure() or self._search()
+        found = self._known_failure() or self._probe() or self._search()
         if found is None:
             wall = time.monotonic() - started
             return Result(CLEAN, examples=self.progress.examples, wall_s=wall, tried=self.tried)
@@ -161,13 +162,25 @@ class Campaign:
         )
 
     def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
-        """Drop the faults that never fired, then every fault the failure does not need."""
+        """Drop the faults that never fired, then every fault the failure does not need,
+        then shorten each delay to the smallest grid point that still fails."""
         fired = [f for f in schedule if str(f) not in first.never_fired]
         if len(fired) < len(schedule):
             smaller = Schedule(fired, memory_budget=schedule.memory_budget)
             if fired and self._still_fails(smaller, first):
                 schedule = smaller
-        return drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))
+        schedule = drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))
+        return shorten_delays(schedule, lambda s: self._still_fails(s, first))
+
+    def _probe(self) -> _Found | None:
+        """The probes (long stragglers at the user's hooks) before the random search."""
+        for schedule in self.probes() if self.probes is not None else []:
+            if self.out_of_time():
+                return None
+            verdict, outcome = self._example(schedule)
+            if verdict.failed:
+                return _Found(schedule, verdict, outcome)
+        return None
 
     def _search(self) -> _Found | None:
         @settings(

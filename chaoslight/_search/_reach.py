@@ -18,9 +18,24 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from chaoslight._schedule import SITES, InvalidArgument
+from chaoslight._schedule import (
+    LIGHTNING_STEPS,
+    SITES,
+    Delay,
+    Fault,
+    InvalidArgument,
+    Raise,
+    Schedule,
+)
 
 USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
+PROBE_SECONDS = 1.0  # a straggler long enough to beat the natural margins between ranks
+MAX_PROBES = 32
+PER_BATCH = ("_batch_start", "_batch_end", "_step", "backward", "forward", "zero_grad")
+CORE = frozenset(
+    {f"lightning.{name}" for name in LIGHTNING_STEPS}
+    | {"lightning.forward", "lightning.backward", "lightning.optimizer_step"}
+)
 Point = tuple[str, "int | None"]  # (site, step); a None step means "whenever it is reached"
 
 
@@ -64,6 +79,31 @@ class Reach:
     def last_step(self) -> int:
         return max((step for _, step in self.points if step is not None), default=0)
 
+    def focused(self) -> Reach:
+        """Only the points where a fault means something different: the user's own hooks,
+        the steps, forward, backward and optimizer step, and torch's calls (collectives,
+        save/load, synchronize). A Lightning hook the user does not implement does nothing,
+        so a fault there is the same as one at the call next to it."""
+        keep = tuple(p for p in self.points if _meaningful(p[0], self.user))
+        return replace(self, points=keep) if keep else self
+
+    def probes(self, world_size: int, kinds: Iterable[str]) -> list[Schedule]:
+        """Single faults at the rare points where bugs hide, each on each rank, tried before
+        the random search (which seldom lands on a point reached once an epoch):
+
+        - a long straggler at each step of each user hook that is not per batch — the
+          races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
+          next epoch's start);
+        - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``.
+        """
+        found = []
+        for site, step in self.points:
+            for rank in range(world_size):
+                fault = _probe(site, rank, step, self.user, set(kinds))
+                if fault is not None:
+                    found.append(Schedule([fault]))
+        return found[:MAX_PROBES]
+
 
 @dataclass(frozen=True)
 class Space:
@@ -102,13 +142,34 @@ class Space:
             return st.fixed_dictionaries(
                 {"site": st.sampled_from(able), "rank": ranks, "step": steps}
             )
-        points = [p for p in self.reach.points if p[0] in able]
-        weighted = [p for p in points for _ in range(USER_WEIGHT if p[0] in self.reach.user else 1)]
-        return st.builds(
-            lambda point, rank: {"site": point[0], "rank": rank, "step": point[1]},
-            st.sampled_from(weighted),
-            ranks,
+        # The site first, then one of its steps: a site reached at two steps (a save at
+        # each epoch's end) is drawn as often as one reached at every step.
+        steps_of: dict[str, list[int | None]] = {}
+        for site, step in self.reach.points:
+            if site in able:
+                steps_of.setdefault(site, []).append(step)
+        user = self.reach.user
+        order = sorted(steps_of, key=lambda site: (site not in user, able.index(site)))
+        weighted = [s for s in order for _ in range(USER_WEIGHT if s in user else 1)]
+        return st.sampled_from(weighted).flatmap(
+            lambda site: st.fixed_dictionaries(
+                {"site": st.just(site), "rank": ranks, "step": st.sampled_from(steps_of[site])}
+            )
         )
+
+
+def _probe(
+    site: str, rank: int, step: int | None, user: frozenset[str], kinds: set[str]
+) -> Fault | None:
+    if site in user and not site.endswith(PER_BATCH) and "delay" in kinds:
+        return Delay(PROBE_SECONDS, site=site, rank=rank, step=step)
+    if site in ("torch.save", "torch.load") and "raise" in kinds:
+        return Raise("OSError", (28, "No space left on device"), site=site, rank=rank, step=step)
+    return None
+
+
+def _meaningful(site: str, user: frozenset[str]) -> bool:
+    return not site.startswith("lightning.") or site in CORE or site in user
 
 
 def _facts(event: Any) -> dict[str, Any]:

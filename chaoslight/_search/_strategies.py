@@ -38,6 +38,7 @@ from chaoslight._schedule import (
     Schedule,
     suggest,
 )
+from chaoslight._search._minimize import DELAY_GRID
 from chaoslight._search._reach import Reach, Space
 
 # Simplest first: one_of shrinks towards earlier branches.
@@ -51,8 +52,6 @@ IN_PROCESS_KINDS = ("delay", "raise", "oom", "allocate")  # a crash would kill t
 BENIGN_KINDS = ("delay", "reorder", "allocate")  # kept for the deprecated ``mode`` filter
 HARD_KINDS = ("raise", "oom", "drop_sync", "crash")
 MODES = {"survive": BENIGN_KINDS, "fail-cleanly": HARD_KINDS}
-
-DELAY_GRID = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0)  # seconds; shrinks to the left
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
 DEFAULT_SITES = (

@@ -4,6 +4,10 @@ Each rank ends in one of three ways: its ``result`` message arrives (it returned
 raised, perhaps after its watchdog fired), its pipe closes (the process died), or the
 World kills it (still running ``RELEASE_GRACE_S`` after the first hang report, or
 silent for the timeout plus ``SILENCE_S``: stuck with the GIL held).
+
+A hang is usually seen long before the timeout, at the wavefront (``_wavefront``): every
+pending rank blocked in a collective, their collectives differ or a rank has ended. The
+parent then asks each pending rank to report its hang and let go of its collective.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from chaoslight._world._outcome import (
     signal_name,
 )
 from chaoslight._world._slot import Slot
+from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen
 
 RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
 SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
 ERROR_MARKERS = ("what():", "Fatal Python error")
+WAVEFRONT = True  # False: only the watchdogs' timeout finds hangs (for comparison)
 
 Pump = Callable[[float], list[tuple[Slot, "dict[str, Any] | None"]]]
 
@@ -47,6 +53,8 @@ class Watch:
     snapshot: dict[str, Any] | None = None
     asked: bool = False
     ended_s: float | None = None  # seconds from the example's start to its result or death
+    front: Front | None = None  # the collective it last said it is blocked in
+    front_at: float = 0.0
 
     @property
     def pending(self) -> bool:
@@ -58,6 +66,8 @@ class Watch:
         if op == "hang":
             self.hang = msg
             return True
+        elif op == "beat":
+            self.front, self.front_at = Front.from_dict(msg.get("front")), time.monotonic()
         elif op == "snapshot":
             self.snapshot = msg
         elif op == "result":
@@ -78,6 +88,7 @@ class Example:
         self.wall_s = 0.0
         self.watches = {slot.rank: Watch(heard=self.start) for slot in slots}
         self.first_hang: float | None = None
+        self.judge = Judge()
 
     def events_path(self, rank: int) -> Path:
         return self.folder / f"rank{rank}.events.jsonl"
@@ -103,6 +114,8 @@ class Example:
                     self._hung(watch.heard)
                 if not watch.pending and watch.ended_s is None:
                     watch.ended_s = watch.heard - self.start
+            if WAVEFRONT and self.first_hang is None:
+                self._check_wavefront(time.monotonic())
         self.wall_s = time.monotonic() - self.start
 
     def results(self) -> tuple[tuple[RankResult, ...], list[Event]]:
@@ -130,8 +143,32 @@ class Example:
                 }
                 self._hung(now)
 
+    def _seen(self) -> list[Seen]:
+        out = []
+        for rank, watch in self.watches.items():
+            ended = None if watch.ended_s is None else self.start + watch.ended_s
+            how = "died" if watch.died else "returned"
+            if watch.result is not None and watch.result.get("status") != "passed":
+                how = "raised"
+            out.append(Seen(rank, watch.pending, watch.front, watch.front_at, ended, how))
+        return out
+
+    def _check_wavefront(self, now: float) -> None:
+        """Every pending rank blocked where no peer can meet it: release them now, as hung."""
+        why = self.judge.decide(now, self._seen())
+        if why is None:
+            return
+        self._hung(now)
+        for slot in self.slots:
+            watch = self.watches[slot.rank]
+            if watch.pending:
+                watch.asked = True  # the release request asks for the position too
+                slot.send(op="dump", id=self.ident, release=why)
+
     def _wake_at(self, now: float) -> float:
         times = [now + 1.0]
+        if WAVEFRONT and self.first_hang is None and self.judge.watching(self._seen()):
+            times.append(now + TICK_S)
         if self.first_hang is not None:
             times.append(self.first_hang + RELEASE_GRACE_S)
         times += [w.heard + self.timeout + SILENCE_S for w in self.watches.values() if w.pending]

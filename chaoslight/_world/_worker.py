@@ -7,6 +7,13 @@ carries ``dump`` (where are you now?), answered by a reader thread even while th
 thread is stuck. Replies leave as JSON lines on MSG_FD (stdout and stderr belong to the
 target): ``ready``, ``store``, ``inited``, ``resolved``, ``beat``, ``hang``, ``snapshot``,
 ``result``. End of file on either command pipe means the parent is gone.
+
+During an example the watchdog thread looks at the main thread every ``TICK_S``: a
+``beat`` goes up every second, and every ``FRONT_EVERY_S`` while the main thread is
+blocked in a collective, carrying that collective (``front``, see ``_wavefront``). A
+``dump`` with ``release`` (the parent saw the ranks' collectives part ways) is answered
+with a ``hang`` report, then the process group's connections are shut down so that gloo
+lets the rank go at once.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -36,6 +44,13 @@ from chaoslight._world._isolation import Baseline
 from chaoslight._world._outcome import ExceptionInfo
 from chaoslight._world._slot import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
 from chaoslight._world._target import Target, load_target
+from chaoslight._world._wavefront import (
+    FRONT_EVERY_S,
+    REPORT_AFTER_S,
+    TICK_S,
+    GlooSockets,
+    Tracker,
+)
 
 ADDRESS = "127.0.0.1"
 PG_MARGIN_S = 1.0  # gloo's timeout is the example's plus this, so the watchdog fires first
@@ -143,13 +158,17 @@ class Worker:
         self.hang: HangReport | None = None
         self.baseline = Baseline()
         self.targets: dict[Target, Callable[[], Any]] = {}
+        self.sockets = GlooSockets()
+        self.tracker = Tracker(self.decidable)
+        self.sent_at = 0.0  # the last beat
+        self.sent_front = False  # whether it carried a collective
         # One watchdog thread for the worker's life, armed for each example.
         self.dog = Watchdog(
             STORE_TIMEOUT_S,
             self.on_hang,
             interrupt_after=INTERRUPT_AFTER_S,
             on_tick=self.beat,
-            tick_every=BEAT_S,
+            tick_every=TICK_S,
         )
         channel.on_dump = self.dump
 
@@ -184,6 +203,7 @@ class Worker:
                 store = dist.TCPStore(ADDRESS, msg["port"], size, False, timeout=wait)
             os.environ["MASTER_PORT"] = str(store.port)
             self.timeout = float(msg["timeout"])
+            self.sockets.creating()
             dist.init_process_group(
                 "gloo",
                 store=store,
@@ -192,6 +212,7 @@ class Worker:
                 timeout=timedelta(seconds=self.timeout + PG_MARGIN_S),
             )
             self.store, self.group = store, dist.group.WORLD
+            self.sockets.created(store.port)
         except Exception as exc:
             self.channel.send(op="inited", gen=gen, ok=False, error=f"{type(exc).__name__}: {exc}")
             return
@@ -221,6 +242,18 @@ class Worker:
             return "destroyed"
         return "ok"
 
+    def decidable(self) -> bool:
+        """Whether collective sequence numbers line up across ranks: only the World's
+        process group exists (a target's subgroups and groups of its own have their own)."""
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        try:
+            groups = distributed_c10d._world.pg_map
+            return dist.is_initialized() and dist.group.WORLD is self.group and len(groups) == 1
+        except AttributeError:  # another torch: no early hangs, the timeout still holds
+            return False
+
     def set_timeout(self, timeout: float) -> None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
 
@@ -245,6 +278,8 @@ class Worker:
 
     def run(self, msg: dict[str, Any]) -> None:
         self.current, self.hang = msg["id"], None
+        self.tracker.reset()
+        self.sent_at, self.sent_front = 0.0, False
         self.set_timeout(float(msg["timeout"]))
         environ = self.baseline.enter(msg["workdir"])
         try:
@@ -290,16 +325,33 @@ class Worker:
         )
 
     def beat(self) -> None:
-        self.channel.send(op="beat", id=self.current)
+        """Every tick: a beat each second, or sooner with the collective it is blocked in."""
+        front = self.tracker.look()
+        blocked = front is not None and front.blocked_s >= REPORT_AFTER_S
+        since = time.monotonic() - self.sent_at
+        if blocked != self.sent_front or since >= (FRONT_EVERY_S if blocked else BEAT_S):
+            self.sent_at, self.sent_front = time.monotonic(), blocked
+            doc = front.to_dict() if front is not None and blocked else None
+            self.channel.send(op="beat", id=self.current, front=doc)
 
     def dump(self, msg: dict[str, Any]) -> None:
-        """Answer ``dump`` from the reader thread: where the main thread is, all stacks."""
+        """Answer ``dump`` from the reader thread: where the main thread is, all stacks.
+
+        With ``release`` (why the parent holds the example hung): report the hang, then
+        shut the process group's connections so gloo raises in the blocked collective."""
         if self.current != msg.get("id"):
             return
-        position = snapshot()
-        self.channel.send(
-            op="snapshot", id=msg["id"], rank=self.rank, line=position.line(), stacks=dump_stacks()
-        )
+        position, stacks = snapshot(), dump_stacks()
+        why = msg.get("release")
+        if why is None:
+            self.channel.send(
+                op="snapshot", id=msg["id"], rank=self.rank, line=position.line(), stacks=stacks
+            )
+            return
+        self.hang = HangReport(position, self.timeout or 0.0, stacks)
+        line = f"{position.line()}; {why}"
+        self.channel.send(op="hang", id=msg["id"], rank=self.rank, line=line, stacks=stacks)
+        self.sockets.release()
 
 
 def unpickle_checks(blob: str | None) -> list[Any]:

@@ -35,3 +35,29 @@ def fit(model: Any) -> None:
         enable_model_summary=False,
     )
     trainer.fit(model, DataLoader(data, batch_size=4))
+
+
+def regression_data(batches: int = 8, batch_size: int = 4) -> DataLoader:
+    """Seeded (x, y) regression batches: x float (batch_size, 4), y float (batch_size, 1)."""
+    generator = torch.Generator().manual_seed(0)
+    rows = batches * batch_size * int(os.environ.get("WORLD_SIZE", "1"))
+    data = TensorDataset(
+        torch.randn(rows, 4, generator=generator), torch.randn(rows, 1, generator=generator)
+    )
+    return DataLoader(data, batch_size=batch_size)
+
+
+def quiet_trainer(**options: Any) -> Any:
+    """A quiet CPU Trainer on every rank of the job (``WORLD_SIZE``, else one), seeded."""
+    pl.seed_everything(0, verbose=False)
+    devices = int(os.environ.get("WORLD_SIZE", "1"))
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": devices,
+        "strategy": "ddp" if devices > 1 else "auto",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    return pl.Trainer(**{**settings, **options})

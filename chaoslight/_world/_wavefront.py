@@ -1,0 +1,319 @@
+"""Hangs seen at the wavefront: every live rank blocked, in collectives that cannot meet.
+
+A hang the ranks' own watchdogs find costs the full timeout. Many hangs are decided long
+before: rank 0 blocked in its collective #8, a barrier, while rank 1 is blocked in its
+#8, a broadcast, or has already returned. Nothing can ever release either of them.
+
+Worker side, ``Tracker.look()`` (the watchdog thread, every ``TICK_S``) says whether the
+main thread is **blocked in a collective**: the innermost site in progress
+(``engine.in_progress``) is a ``dist.*`` collective, the innermost Python frame is
+torch.distributed's own code (waiting on gloo: not sleeping in a ``Delay`` fault in
+chaoslight's engine, not running user code), its CPU clock stands still, and the job has
+only the World's process group (a subgroup's collectives need not line up). Its
+**sequence number** counts every ``dist.*`` collective call the engine saw on this rank
+(DDP's gradient all-reduce excluded: it is observed only when a schedule names it), so
+the ranks of a correct program agree on it. ``GlooSockets`` can release a blocked rank
+without killing it: it shuts down the process group's TCP connections, and gloo raises
+"Connection closed by peer" in every rank that waits on them.
+
+Parent side, ``Judge.decide()`` (each wake-up of ``Example.collect``) declares a hang
+when every pending rank has been blocked for ``BLOCKED_S`` (fresh reports) and either
+their (collective, sequence number) differ, or some rank has ended (returned, raised or
+died) ``END_GRACE_S`` before (gloo releases the peers of a rank that fails or dies by
+itself), and the same picture holds ``CONFIRM_S`` later. Ranks waiting together in the
+same collective with the same number wait for a straggler: never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from chaoslight._runtime._stacks import active_engine
+from chaoslight._schedule._catalog import COLLECTIVES
+
+# Every collective the site catalogue wraps; not dist.gradient_allreduce (see above).
+COLLECTIVE_SITES = tuple(f"dist.{name}" for name in COLLECTIVES)
+
+TICK_S = 0.1  # how often a worker looks at its main thread
+REPORT_AFTER_S = 0.3  # a worker reports a collective it has been blocked in this long
+FRONT_EVERY_S = 0.25  # and keeps reporting it this often while blocked
+BLOCKED_S = 0.5  # the parent decides only on ranks blocked at least this long
+FRESH_S = 0.75  # on reports no older than this
+CONFIRM_S = 0.3  # and when the same picture holds this much later, freshly reported
+END_GRACE_S = 1.0  # after a rank ended: time for gloo to release its peers by itself
+BUSY_FRACTION = 0.25  # a main thread using this share of a CPU is computing, not waiting
+
+# Packages whose frames are skipped when naming who called a collective.
+_PLUMBING = ("torch.distributed", "chaoslight", "wrapt")
+
+
+@dataclass(frozen=True)
+class Front:
+    """Where one rank is blocked: a collective, its sequence number, for how long."""
+
+    site: str
+    seq: int  # this rank's collective calls so far, this one included
+    call: int  # this site's call number on this rank (as the watchdog names it)
+    step: int | None
+    blocked_s: float
+    caller: str = ""  # "_broadcast_sigterm_tensor (training_epoch_loop.py:265)"
+
+    def describe(self) -> str:
+        """``collective #9, dist.broadcast from _broadcast_sigterm_tensor (loop.py:265)``."""
+        caller = f" from {self.caller}" if self.caller else ""
+        return f"collective #{self.seq}, {self.site}{caller}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "seq": self.seq,
+            "call": self.call,
+            "step": self.step,
+            "blocked_s": round(self.blocked_s, 3),
+            "caller": self.caller,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any] | None) -> Front | None:
+        if not doc:
+            return None
+        try:
+            return cls(
+                str(doc["site"]),
+                int(doc["seq"]),
+                int(doc["call"]),
+                doc.get("step"),
+                float(doc["blocked_s"]),
+                str(doc.get("caller") or ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+# -- the worker's side ----------------------------------------------------------------------
+def _folder(module: str) -> str:
+    found = sys.modules.get(module)
+    path = getattr(found, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) + os.sep if path else "\0"
+
+
+class Tracker:
+    """Whether the main thread is blocked in a collective, and since when (see the module).
+
+    ``decidable()`` says whether sequence numbers mean anything now (only the World's
+    process group exists); ``look()`` is called from one thread (the watchdog's).
+    """
+
+    def __init__(self, decidable: Callable[[], bool]) -> None:
+        self.decidable = decidable
+        self.main = threading.main_thread().ident or 0
+        self.clock: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.clock = time.pthread_getcpuclockid(self.main)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was seen (a new example)."""
+        self.key: tuple[str, int, int, int | None] | None = None
+        self.since = self.at = time.monotonic()
+        self.cpu = self._cpu()
+        self.caller = ""
+
+    def look(self) -> Front | None:
+        """The collective the main thread is blocked in now, or None."""
+        now, cpu = time.monotonic(), self._cpu()
+        busy = (
+            cpu is not None
+            and self.cpu is not None
+            and cpu - self.cpu > BUSY_FRACTION * max(now - self.at, 1e-3)
+        )
+        self.cpu, self.at = cpu, now
+        frame = sys._current_frames().get(self.main)
+        key = None if busy else self._key(frame)
+        if key is None or key != self.key:
+            self.key, self.since, self.caller = key, now, ""
+            return None
+        if not self.caller:
+            self.caller = caller_of(frame)
+        site, seq, call, step = key
+        return Front(site, seq, call, step, now - self.since, self.caller)
+
+    def _key(self, frame: FrameType | None) -> tuple[str, int, int, int | None] | None:
+        engine = active_engine()
+        if engine is None or frame is None:
+            return None
+        stack = engine.in_progress_of(self.main)
+        if not stack or stack[-1][0] not in COLLECTIVE_SITES:
+            return None
+        if not frame.f_code.co_filename.startswith(_folder("torch.distributed")):
+            return None  # in the site but not waiting in torch (a Delay fault sleeps)
+        if not self.decidable():
+            return None
+        site, call, step = stack[-1]
+        seq = sum(engine.calls.get(name, 0) for name in COLLECTIVE_SITES)
+        return site, seq, call, step
+
+    def _cpu(self) -> float | None:
+        if self.clock is None:
+            return None
+        try:
+            return time.clock_gettime(self.clock)
+        except OSError:
+            return None
+
+
+def caller_of(frame: FrameType | None) -> str:
+    """The innermost frame outside torch.distributed and chaoslight's plumbing, as
+    ``function (file.py:line)``: who called the collective."""
+    skip = tuple(_folder(name) for name in _PLUMBING)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<") and not filename.startswith(skip):
+            return f"{frame.f_code.co_name} ({Path(filename).name}:{frame.f_lineno})"
+        frame = frame.f_back
+    return ""
+
+
+def _socket_inodes() -> dict[int, int]:
+    """This process's open sockets: file descriptor → socket inode (Linux's /proc)."""
+    found = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return {}
+    for name in names:
+        with contextlib.suppress(OSError, ValueError):
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if link.startswith("socket:["):
+                found[int(name)] = int(link[8:-1])
+    return found
+
+
+class GlooSockets:
+    """The process group's TCP connections: the sockets that appeared while it was created,
+    less the rendezvous store's. ``release()`` shuts them down, so that gloo raises in
+    every collective waiting on them, here and in the peers (the process lives on)."""
+
+    def __init__(self) -> None:
+        self.before: set[int] = set()
+        self.inodes: set[int] = set()
+        self.store_port = -1
+
+    def creating(self) -> None:
+        """Call just before ``init_process_group``."""
+        self.before, self.inodes = set(_socket_inodes().values()), set()
+
+    def created(self, store_port: int) -> None:
+        """Call just after it."""
+        self.inodes = set(_socket_inodes().values()) - self.before
+        self.store_port = store_port
+
+    def release(self) -> int:
+        """Shut the connections down; how many were."""
+        return sum(
+            _shut(fd, inode, self.store_port)
+            for fd, inode in _socket_inodes().items()
+            if inode in self.inodes
+        )
+
+
+def _shut(fd: int, inode: int, store_port: int) -> bool:
+    """Shut down the connected TCP socket ``fd`` if it is still ``inode`` and not the store's."""
+    try:
+        copy = os.dup(fd)  # our own descriptor: the number may be reused meanwhile
+    except OSError:
+        return False
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return False
+    with sock, contextlib.suppress(OSError):
+        if os.fstat(copy).st_ino != inode or sock.type != socket.SOCK_STREAM:
+            return False
+        ends = (sock.getsockname()[1], sock.getpeername()[1])  # OSError: not connected
+        if store_port in ends:
+            return False
+        sock.shutdown(socket.SHUT_RDWR)
+        return True
+    return False
+
+
+# -- the parent's side ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Seen:
+    """What the parent knows of one rank, for ``Judge.decide``."""
+
+    rank: int
+    pending: bool
+    front: Front | None = None
+    front_at: float = 0.0  # when that report arrived (monotonic)
+    ended_at: float | None = None  # when its result came or its pipe closed (monotonic)
+    how: str = ""  # how it ended: "returned", "raised", "died"
+
+
+class Judge:
+    """Decides, from the ranks' reports, that an example is hung (see the module)."""
+
+    def __init__(self) -> None:
+        self.suspect: tuple[Any, ...] | None = None
+        self.suspect_at = 0.0
+
+    def watching(self, seen: list[Seen]) -> bool:
+        """Whether some pending rank reports a collective (the parent should look often)."""
+        return any(s.pending and s.front is not None for s in seen)
+
+    def decide(self, now: float, seen: list[Seen]) -> str | None:
+        """Why the example is hung (one line for every rank's evidence), or None."""
+        pending = [s for s in seen if s.pending]
+        ended = [s for s in seen if not s.pending and s.ended_at is not None]
+        fronts = {s.rank: s.front for s in pending if s.front is not None}
+        if not pending or not all(blocked(s, now) for s in pending):
+            self.suspect = None
+            return None
+        if ended:
+            last = max(s.ended_at or 0.0 for s in ended)
+            if any(s.front_at < last + END_GRACE_S for s in pending):
+                return None  # gloo may still release them
+        elif len({(f.site, f.seq) for f in fronts.values()}) < 2:
+            self.suspect = None  # one collective, one number: waiting for a straggler
+            return None
+        picture = (
+            tuple(sorted((rank, f.site, f.seq) for rank, f in fronts.items())),
+            tuple(sorted(s.rank for s in ended)),
+        )
+        if picture != self.suspect:
+            self.suspect, self.suspect_at = picture, now
+            return None
+        if now - self.suspect_at < CONFIRM_S or any(s.front_at <= self.suspect_at for s in pending):
+            return None
+        return explain(fronts, ended)
+
+
+def blocked(seen: Seen, now: float) -> bool:
+    """The rank reported, recently, a collective it has been blocked in for ``BLOCKED_S``."""
+    front = seen.front
+    return front is not None and front.blocked_s >= BLOCKED_S and now - seen.front_at <= FRESH_S
+
+
+def explain(fronts: dict[int, Front], ended: list[Seen]) -> str:
+    """``the ranks wait in different collectives: rank 0 in collective #8, dist.barrier from
+    _export (t.py:12), for 1.2 s; rank 1 in collective #8, dist.broadcast from ...``."""
+    where = "; ".join(
+        f"rank {rank} in {front.describe()}, for {front.blocked_s:.1f} s"
+        for rank, front in sorted(fronts.items())
+    )
+    if not ended:
+        return f"the ranks wait in different collectives: {where}"
+    gone = ", ".join(f"rank {s.rank} {s.how}" for s in sorted(ended, key=lambda s: s.rank))
+    return f"{gone} while the others wait: {where}"
