@@ -101,7 +101,7 @@ def test_a_passing_target_is_clean_after_its_budget() -> None:
 
 def test_a_delay_is_shortened_to_a_clear_step_past_its_threshold() -> None:
     """A 3 s straggler that fails from 0.25 s on is reported one grid point above the
-    smallest failing one (0.3 s), so it does not sit on the threshold when replayed."""
+    smallest failing one (0.3 s, so 0.5 s): it does not sit on the threshold in a replay."""
     from chaoslight._search._minimize import shorten_delays
 
     schedule = Schedule.parse("delay@lightning.on_train_epoch_end rank=0 step=7 seconds=3")

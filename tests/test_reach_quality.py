@@ -78,3 +78,24 @@ def test_the_fixed_twins_pass_the_same_search(world: World, program: str) -> Non
     """Each fixed twin passes a default search (probes included) with no false alarm."""
     result = search(world, program, "train_fixed", budget=15)
     assert result.status == CLEAN, result.verdict  # type: ignore[attr-defined]
+
+
+def test_two_shards_explore_disjoint_points_and_share_their_failures(
+    world: World, tmp_path: Path
+) -> None:
+    """Workers --shard 0/2 and 1/2 on one database put faults on disjoint points, and the
+    second replays the first's failure before searching its own part."""
+    target = f"{PLANTED}/swallowed_oom.py:train"
+    results = []
+    for index in (0, 1):
+        result, _ = chaoslight.fuzz(
+            target, max_examples=30, seed=0, timeout=TIMEOUT, replays=1, world=world,
+            database=str(tmp_path / "db"), shard=(index, 2),
+        )  # fmt: skip
+        results.append(result)
+    first, second = results
+    points = [{(f.site, f.step) for s in r.tried for f in s} for r in results]
+    known = {(f.site, f.step) for f in first.schedule} if first.schedule is not None else set()
+    assert not (points[0] & (points[1] - known))
+    if first.schedule is not None:
+        assert second.schedule == first.schedule and second.status == FAILED
