@@ -23,7 +23,7 @@ def _quietly() -> Any:
 # Elements summed per kernel call. A block's float64 copy stays in cache, and no float64
 # copy of a whole tensor is made (on CPU a fresh large buffer costs more in page faults
 # than the sums). Accelerators take bigger blocks, for fewer launches.
-BLOCK_CPU = 1 << 17
+BLOCK_CPU = 1 << 18
 BLOCK_ACCELERATOR = 1 << 22
 
 

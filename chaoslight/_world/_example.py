@@ -7,7 +7,9 @@ silent for the timeout plus ``SILENCE_S``: stuck with the GIL held).
 
 A hang is usually seen long before the timeout, at the wavefront (``_wavefront``): every
 pending rank blocked in a collective, their collectives differ or a rank has ended. The
-parent then asks each pending rank to report its hang and let go of its collective.
+parent then tells each pending rank that it is hung (it reports where it is), and once
+every one has answered (or ``ACK_S`` later) tells them to let go of their collectives:
+released first, a rank could end with gloo's error before it knew it was hung.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from chaoslight._world._outcome import (
     signal_name,
 )
 from chaoslight._world._slot import Slot
-from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen
+from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen, Verdict
 
 RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
 SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
 ERROR_MARKERS = ("what():", "Fatal Python error")
 WAVEFRONT = True  # False: only the watchdogs' timeout finds hangs (for comparison)
+ACK_S = 1.0  # ranks told they are hung are released once all answered, or after this
 
 Pump = Callable[[float], list[tuple[Slot, "dict[str, Any] | None"]]]
 
@@ -89,6 +92,8 @@ class Example:
         self.watches = {slot.rank: Watch(heard=self.start) for slot in slots}
         self.first_hang: float | None = None
         self.judge = Judge()
+        self.verdict: Verdict | None = None  # why the wavefront says the example is hung
+        self.let_go = False  # whether the ranks it names were told to leave their collectives
 
     def events_path(self, rank: int) -> Path:
         return self.folder / f"rank{rank}.events.jsonl"
@@ -114,7 +119,7 @@ class Example:
                     self._hung(watch.heard)
                 if not watch.pending and watch.ended_s is None:
                     watch.ended_s = watch.heard - self.start
-            if WAVEFRONT and self.first_hang is None:
+            if WAVEFRONT and (self.first_hang is None or self.verdict is not None):
                 self._check_wavefront(time.monotonic())
         self.wall_s = time.monotonic() - self.start
 
@@ -154,21 +159,33 @@ class Example:
         return out
 
     def _check_wavefront(self, now: float) -> None:
-        """Every pending rank blocked where no peer can meet it: release them now, as hung."""
-        why = self.judge.decide(now, self._seen())
-        if why is None:
-            return
-        self._hung(now)
-        for slot in self.slots:
-            watch = self.watches[slot.rank]
-            if watch.pending:
-                watch.asked = True  # the release request asks for the position too
-                slot.send(op="dump", id=self.ident, release=why)
+        """Every pending rank blocked where no peer can meet it: hung; then release them."""
+        if self.verdict is None:
+            self.verdict = self.judge.decide(now, self._seen())
+            if self.verdict is None:
+                return
+            self._hung(now)
+            for slot in self._blocked():
+                self.watches[slot.rank].asked = True  # it reports its position with the hang
+                slot.send(op="dump", id=self.ident, hung=self.verdict.why(slot.rank))
+        elif not self.let_go:
+            answered = all(self.watches[slot.rank].hang is not None for slot in self._blocked())
+            if answered or now >= (self.first_hang or now) + ACK_S:
+                self.let_go = True
+                for slot in self._blocked():
+                    slot.send(op="dump", id=self.ident, release=True)
+
+    def _blocked(self) -> list[Slot]:
+        """The slots of pending ranks the verdict names."""
+        fronts = self.verdict.fronts if self.verdict is not None else {}
+        return [s for s in self.slots if self.watches[s.rank].pending and s.rank in fronts]
 
     def _wake_at(self, now: float) -> float:
         times = [now + 1.0]
         if WAVEFRONT and self.first_hang is None and self.judge.watching(self._seen()):
             times.append(now + TICK_S)
+        if self.verdict is not None and not self.let_go and self.first_hang is not None:
+            times.append(self.first_hang + ACK_S)
         if self.first_hang is not None:
             times.append(self.first_hang + RELEASE_GRACE_S)
         times += [w.heard + self.timeout + SILENCE_S for w in self.watches.values() if w.pending]

@@ -66,10 +66,10 @@ class Front:
     call: int  # this site's call number on this rank (as the watchdog names it)
     step: int | None
     blocked_s: float
-    caller: str = ""  # "_broadcast_sigterm_tensor (training_epoch_loop.py:265)"
+    caller: str = ""  # "_broadcast_sigterm_tensor at training_epoch_loop.py:265"
 
     def describe(self) -> str:
-        """``collective #9, dist.broadcast from _broadcast_sigterm_tensor (loop.py:265)``."""
+        """``collective #9, dist.broadcast from _broadcast_sigterm_tensor at loop.py:265``."""
         caller = f" from {self.caller}" if self.caller else ""
         return f"collective #{self.seq}, {self.site}{caller}"
 
@@ -130,7 +130,15 @@ class Tracker:
         self.caller = ""
 
     def look(self) -> Front | None:
-        """The collective the main thread is blocked in now, or None."""
+        """The collective the main thread is blocked in now, or None. Never raises: it runs
+        in the watchdog's thread, which must outlive anything a target does."""
+        try:
+            return self._look()
+        except Exception:
+            self.key = None
+            return None
+
+    def _look(self) -> Front | None:
         now, cpu = time.monotonic(), self._cpu()
         busy = (
             cpu is not None
@@ -172,14 +180,27 @@ class Tracker:
             return None
 
 
+def only_group(group: Any) -> bool:
+    """Whether collective sequence numbers line up across ranks: ``group`` (the World's) is
+    the default process group and no other exists (a subgroup counts its own)."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    try:
+        groups = distributed_c10d._world.pg_map
+        return dist.is_initialized() and dist.group.WORLD is group and len(groups) == 1
+    except AttributeError:  # another torch: no early hangs, the timeout still holds
+        return False
+
+
 def caller_of(frame: FrameType | None) -> str:
     """The innermost frame outside torch.distributed and chaoslight's plumbing, as
-    ``function (file.py:line)``: who called the collective."""
+    ``function at file.py:line``: who called the collective."""
     skip = tuple(_folder(name) for name in _PLUMBING)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith("<") and not filename.startswith(skip):
-            return f"{frame.f_code.co_name} ({Path(filename).name}:{frame.f_lineno})"
+            return f"{frame.f_code.co_name} at {Path(filename).name}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
 
@@ -273,8 +294,8 @@ class Judge:
         """Whether some pending rank reports a collective (the parent should look often)."""
         return any(s.pending and s.front is not None for s in seen)
 
-    def decide(self, now: float, seen: list[Seen]) -> str | None:
-        """Why the example is hung (one line for every rank's evidence), or None."""
+    def decide(self, now: float, seen: list[Seen]) -> Verdict | None:
+        """The evidence that the example is hung, or None."""
         pending = [s for s in seen if s.pending]
         ended = [s for s in seen if not s.pending and s.ended_at is not None]
         fronts = {s.rank: s.front for s in pending if s.front is not None}
@@ -297,7 +318,8 @@ class Judge:
             return None
         if now - self.suspect_at < CONFIRM_S or any(s.front_at <= self.suspect_at for s in pending):
             return None
-        return explain(fronts, ended)
+        gone = {s.rank: s.how for s in ended}
+        return Verdict(dict(sorted(fronts.items())), dict(sorted(gone.items())))
 
 
 def blocked(seen: Seen, now: float) -> bool:
@@ -306,14 +328,22 @@ def blocked(seen: Seen, now: float) -> bool:
     return front is not None and front.blocked_s >= BLOCKED_S and now - seen.front_at <= FRESH_S
 
 
-def explain(fronts: dict[int, Front], ended: list[Seen]) -> str:
-    """``the ranks wait in different collectives: rank 0 in collective #8, dist.barrier from
-    _export (t.py:12), for 1.2 s; rank 1 in collective #8, dist.broadcast from ...``."""
-    where = "; ".join(
-        f"rank {rank} in {front.describe()}, for {front.blocked_s:.1f} s"
-        for rank, front in sorted(fronts.items())
-    )
-    if not ended:
-        return f"the ranks wait in different collectives: {where}"
-    gone = ", ".join(f"rank {s.rank} {s.how}" for s in sorted(ended, key=lambda s: s.rank))
-    return f"{gone} while the others wait: {where}"
+@dataclass(frozen=True)
+class Verdict:
+    """Why an example is hung: where each pending rank is blocked, how the others ended."""
+
+    fronts: dict[int, Front]
+    ended: dict[int, str]  # rank → "returned", "raised", "died"
+
+    def why(self, rank: int) -> str:
+        """What rank ``rank``'s evidence adds to its position: ``blocked 1.2 s in collective
+        #8, dist.barrier from _export at t.py:12; rank 1 is in collective #8, dist.broadcast
+        from _broadcast_sigterm_tensor at training_epoch_loop.py:265``."""
+        own = self.fronts[rank]
+        text = f"blocked {own.blocked_s:.1f} s in {own.describe()}"
+        others = [f"rank {r} is in {f.describe()}" for r, f in self.fronts.items() if r != rank]
+        if not self.ended:
+            return f"{text}; " + ", ".join(others) + ": the collectives differ"
+        gone = ", ".join(f"rank {r} {how}" for r, how in self.ended.items())
+        also = "".join(f"; {other}" for other in others)
+        return f"{text}, which no rank that ended will join ({gone}){also}"

@@ -11,9 +11,9 @@ target): ``ready``, ``store``, ``inited``, ``resolved``, ``beat``, ``hang``, ``s
 During an example the watchdog thread looks at the main thread every ``TICK_S``: a
 ``beat`` goes up every second, and every ``FRONT_EVERY_S`` while the main thread is
 blocked in a collective, carrying that collective (``front``, see ``_wavefront``). A
-``dump`` with ``release`` (the parent saw the ranks' collectives part ways) is answered
-with a ``hang`` report, then the process group's connections are shut down so that gloo
-lets the rank go at once.
+``dump`` with ``hung`` (the parent saw the ranks' collectives part ways) is answered with
+a ``hang`` report; one with ``release`` shuts the process group's connections down, so
+that gloo lets the rank go at once.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from chaoslight._world._wavefront import (
     TICK_S,
     GlooSockets,
     Tracker,
+    only_group,
 )
 
 ADDRESS = "127.0.0.1"
@@ -159,7 +160,7 @@ class Worker:
         self.baseline = Baseline()
         self.targets: dict[Target, Callable[[], Any]] = {}
         self.sockets = GlooSockets()
-        self.tracker = Tracker(self.decidable)
+        self.tracker = Tracker(lambda: only_group(self.group))
         self.sent_at = 0.0  # the last beat
         self.sent_front = False  # whether it carried a collective
         # One watchdog thread for the worker's life, armed for each example.
@@ -241,18 +242,6 @@ class Worker:
             self.release()
             return "destroyed"
         return "ok"
-
-    def decidable(self) -> bool:
-        """Whether collective sequence numbers line up across ranks: only the World's
-        process group exists (a target's subgroups and groups of its own have their own)."""
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-
-        try:
-            groups = distributed_c10d._world.pg_map
-            return dist.is_initialized() and dist.group.WORLD is self.group and len(groups) == 1
-        except AttributeError:  # another torch: no early hangs, the timeout still holds
-            return False
 
     def set_timeout(self, timeout: float) -> None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
@@ -337,12 +326,16 @@ class Worker:
     def dump(self, msg: dict[str, Any]) -> None:
         """Answer ``dump`` from the reader thread: where the main thread is, all stacks.
 
-        With ``release`` (why the parent holds the example hung): report the hang, then
-        shut the process group's connections so gloo raises in the blocked collective."""
+        With ``hung`` (why the parent holds the example hung), report it as a hang; with
+        ``release``, shut the process group's connections so gloo raises in the blocked
+        collective."""
         if self.current != msg.get("id"):
             return
+        if msg.get("release"):
+            self.sockets.release()
+            return
         position, stacks = snapshot(), dump_stacks()
-        why = msg.get("release")
+        why = msg.get("hung")
         if why is None:
             self.channel.send(
                 op="snapshot", id=msg["id"], rank=self.rank, line=position.line(), stacks=stacks
@@ -351,7 +344,6 @@ class Worker:
         self.hang = HangReport(position, self.timeout or 0.0, stacks)
         line = f"{position.line()}; {why}"
         self.channel.send(op="hang", id=msg["id"], rank=self.rank, line=line, stacks=stacks)
-        self.sockets.release()
 
 
 def unpickle_checks(blob: str | None) -> list[Any]:

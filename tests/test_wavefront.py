@@ -1,0 +1,260 @@
+"""Hangs seen at the wavefront: ranks blocked in collectives that cannot meet, reported
+long before the timeout; ranks that are only late are never called hung."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import chaoslight
+from chaoslight._runtime import PROGRESS_SITES, inject
+from chaoslight._world import World
+from chaoslight._world._wavefront import (
+    BLOCKED_S,
+    CONFIRM_S,
+    END_GRACE_S,
+    FRESH_S,
+    Front,
+    Judge,
+    Seen,
+    Tracker,
+    Verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = f"{ROOT}/examples/ddp_train.py:train"
+TIMEOUT = 30.0
+FAST = TIMEOUT / 3  # a hang seen at the wavefront is reported well within this
+
+
+def target(name: str) -> str:
+    """A target from tests/wavefront_targets.py, by absolute path."""
+    return f"{ROOT}/tests/wavefront_targets.py:{name}"
+
+
+def front(site: str, seq: int, blocked_s: float = 1.0) -> Front:
+    """A report of a rank blocked in ``site``, its collective ``#seq``."""
+    return Front(site, seq, call=1, step=None, blocked_s=blocked_s, caller="f at t.py:1")
+
+
+def decide_twice(
+    judge: Judge, seen: list[Seen], now: float
+) -> tuple[Verdict | None, Verdict | None]:
+    """What the judge says now and, with every report renewed, ``CONFIRM_S`` later."""
+    first = judge.decide(now, seen)
+    later = now + CONFIRM_S + 0.01
+    renewed = [
+        Seen(s.rank, s.pending, s.front, later, s.ended_at, s.how) if s.pending else s for s in seen
+    ]
+    return first, judge.decide(later, renewed)
+
+
+# -- the judge, on reports alone -------------------------------------------------------------
+def test_different_collectives_are_a_hang_once_confirmed() -> None:
+    """Barrier against broadcast at the same number: hung, after a confirming look."""
+    now = 100.0
+    seen = [
+        Seen(0, True, front("dist.barrier", 8), now),
+        Seen(1, True, front("dist.broadcast", 8), now),
+    ]
+    first, second = decide_twice(Judge(), seen, now)
+    assert first is None
+    assert second is not None
+    assert second.why(0) == (
+        "blocked 1.0 s in collective #8, dist.barrier from f at t.py:1; "
+        "rank 1 is in collective #8, dist.broadcast from f at t.py:1: the collectives differ"
+    )
+    assert "rank 0 is in collective #8, dist.barrier" in second.why(1)
+
+
+def test_same_kind_at_other_numbers_is_a_hang() -> None:
+    """Two all-reduces the ranks count differently (#4 against #5) cannot meet."""
+    seen = [Seen(r, True, front("dist.all_reduce", 4 + r), 10.0) for r in range(2)]
+    assert decide_twice(Judge(), seen, 10.0)[1] is not None
+
+
+def test_one_collective_one_number_is_a_straggler_wait() -> None:
+    """Every rank in collective #8, a barrier, however long: never a hang."""
+    seen = [Seen(r, True, front("dist.barrier", 8, blocked_s=20.0), 10.0) for r in range(3)]
+    assert decide_twice(Judge(), seen, 10.0) == (None, None)
+
+
+def test_a_rank_between_collectives_blocks_the_decision() -> None:
+    """Rank 2 is not blocked (computing, or sleeping in a Delay): nothing is decided."""
+    seen = [
+        Seen(0, True, front("dist.barrier", 8), 10.0),
+        Seen(1, True, front("dist.broadcast", 8), 10.0),
+        Seen(2, True, None, 10.0),
+    ]
+    assert decide_twice(Judge(), seen, 10.0) == (None, None)
+
+
+def test_short_or_stale_reports_decide_nothing() -> None:
+    """A rank blocked for less than BLOCKED_S, or a report older than FRESH_S: no hang."""
+    short = [
+        Seen(0, True, front("dist.barrier", 8, blocked_s=BLOCKED_S / 2), 10.0),
+        Seen(1, True, front("dist.broadcast", 8), 10.0),
+    ]
+    assert decide_twice(Judge(), short, 10.0) == (None, None)
+    stale = [
+        Seen(0, True, front("dist.barrier", 8), 10.0),
+        Seen(1, True, front("dist.broadcast", 8), 10.0 - 2 * FRESH_S),
+    ]
+    assert Judge().decide(10.0, stale) is None
+
+
+def test_a_changed_picture_starts_the_confirmation_again() -> None:
+    """Rank 1 moved on between two looks: the new picture needs its own confirmation."""
+    judge = Judge()
+    before = [
+        Seen(0, True, front("dist.barrier", 8), 10.0),
+        Seen(1, True, front("dist.broadcast", 8), 10.0),
+    ]
+    assert judge.decide(10.0, before) is None
+    moved = [before[0], Seen(1, True, front("dist.all_reduce", 9), 10.5)]
+    assert judge.decide(10.5, moved) is None
+
+
+def test_an_ended_rank_decides_only_after_gloo_had_its_chance() -> None:
+    """Rank 0 returned; rank 1 waits alone: hung once END_GRACE_S has passed, not before."""
+    ended = Seen(0, False, ended_at=10.0, how="returned")
+    early = [ended, Seen(1, True, front("dist.barrier", 17), 10.1)]
+    assert decide_twice(Judge(), early, 10.1) == (None, None)
+    late = 10.0 + END_GRACE_S + 0.1
+    waiting = [ended, Seen(1, True, front("dist.barrier", 17), late)]
+    first, second = decide_twice(Judge(), waiting, late)
+    assert first is None
+    assert second is not None
+    assert second.why(1) == (
+        "blocked 1.0 s in collective #17, dist.barrier from f at t.py:1, "
+        "which no rank that ended will join (rank 0 returned)"
+    )
+
+
+def test_front_round_trips_and_refuses_garbage() -> None:
+    """A report survives its JSON form; a malformed one reads as no report."""
+    report = front("dist.broadcast", 5)
+    assert Front.from_dict(report.to_dict()) == report
+    assert Front.from_dict({"site": "dist.barrier"}) is None
+    assert Front.from_dict(None) is None
+
+
+def test_a_delay_inside_a_collective_site_is_not_blocking(gloo_group: object) -> None:
+    """A rank sleeping in a Delay fault at dist.barrier is not blocked in the collective."""
+    import torch.distributed as dist
+
+    tracker = Tracker(lambda: True)
+    looks: list[Front | None] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            looks.append(tracker.look())
+            time.sleep(0.05)
+
+    schedule = chaoslight.Schedule([chaoslight.Delay(site="dist.barrier", seconds=1.0)])
+    with inject(schedule, observe=PROGRESS_SITES):
+        thread = threading.Thread(target=watch)
+        thread.start()
+        try:
+            dist.barrier()
+        finally:
+            done.set()
+            thread.join()
+    assert len(looks) > 5 and all(look is None for look in looks)
+
+
+# -- real ranks ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    """One 2-rank World shared by this module's tests."""
+    with World(size=2) as pool:
+        pool.start(timeout=TIMEOUT)
+        yield pool
+
+
+def numbers(text: str, site: str) -> list[int]:
+    """The collective numbers ``text`` gives ``site``: ``collective #8, dist.barrier``."""
+    return [int(n) for n in re.findall(rf"collective #(\d+), {re.escape(site)}\b", text)]
+
+
+@pytest.mark.slow
+def test_a_barrier_on_one_rank_is_reported_at_the_wavefront(world: World) -> None:
+    """Rank 0's barrier against rank 1's SIGTERM broadcast: hung long before the timeout."""
+    pids = world.pids
+    outcome = world.run(target("export_on_rank_0"), timeout=TIMEOUT)
+    assert outcome.status == "hung", outcome.report()
+    assert outcome.wall_s < FAST, outcome.report()
+    assert [r.status for r in outcome.ranks] == ["hung", "hung"]
+    rank0, rank1 = outcome.evidence[0], outcome.evidence[1]
+    assert rank0.startswith("rank 0 waits in dist.barrier #")
+    assert rank1.startswith("rank 1 waits in dist.broadcast #")
+    for line in (rank0, rank1):
+        assert "dist.barrier from _export at wavefront_targets.py:" in line
+        assert "dist.broadcast from _broadcast_sigterm_tensor at training_epoch_loop.py:" in line
+        assert numbers(line, "dist.barrier") == numbers(line, "dist.broadcast")
+        assert line.endswith("the collectives differ")
+    assert all("Thread" in r.stacks for r in outcome.ranks)
+    assert world.pids == pids  # released by the World, not killed
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+def test_mismatched_collectives_outside_lightning_are_reported_fast(world: World) -> None:
+    """An all-reduce against a barrier, both collective #2: hung, both named."""
+    outcome = world.run(target("barrier_against_all_reduce"), timeout=TIMEOUT)
+    assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
+    for line in outcome.evidence.values():
+        assert numbers(line, "dist.all_reduce") == numbers(line, "dist.barrier") == [2]
+
+
+@pytest.mark.slow
+def test_a_dropped_collective_is_reported_fast(world: World) -> None:
+    """A DropSync desync (rank 1 skips a synchronised log) is hung well within the timeout."""
+    schedule = chaoslight.Schedule([chaoslight.DropSync(site="dist.all_reduce", rank=1, step=1)])
+    outcome = world.run(f"{ROOT}/tests/world_targets.py:log_at_batch_end", schedule, timeout=30)
+    assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
+    assert [r.status for r in outcome.ranks] == ["hung", "hung"]
+    assert outcome.evidence[0].startswith("rank 0 waits in dist.all_reduce #")
+    assert outcome.evidence[1].endswith("the collectives differ")
+
+
+@pytest.mark.slow
+def test_a_rank_that_returned_while_its_peer_waits_is_reported_fast(world: World) -> None:
+    """Rank 0 returned; rank 1 waits at a barrier alone: hung, rank 0 still passed."""
+    outcome = world.run(target("extra_barrier_on_rank_1"), timeout=TIMEOUT)
+    assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
+    assert [r.status for r in outcome.ranks] == ["passed", "hung"]
+    assert "which no rank that ended will join (rank 0 returned)" in outcome.evidence[1]
+    assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "schedule"),
+    [
+        (EXAMPLE, "delay@dist.broadcast rank=1 step=1 seconds=3"),
+        (EXAMPLE, "delay@lightning.training_step rank=1 step=1 seconds=3"),
+        (target("broadcast_then_reduce"), "delay@dist.broadcast rank=1 seconds=3"),
+        (target("late_rank_1"), None),
+    ],
+)
+def test_a_late_rank_is_never_a_hang(world: World, name: str, schedule: str | None) -> None:
+    """A rank sleeping in a Delay fault or busy in user code keeps the others waiting: passes."""
+    outcome = world.run(name, schedule, timeout=TIMEOUT)
+    assert outcome.status == "passed", outcome.report()
+
+
+@pytest.mark.slow
+def test_a_rank_stuck_outside_every_collective_still_waits_for_the_timeout(world: World) -> None:
+    """The sequence view cannot see a rank outside collectives: the timeout decides."""
+    timeout = 2.0
+    outcome = world.run(f"{ROOT}/tests/world_targets.py:stubborn", timeout=timeout)
+    assert outcome.status == "hung", outcome.report()
+    assert outcome.wall_s >= timeout
+    assert "collectives differ" not in str(outcome.evidence)
