@@ -111,7 +111,8 @@ class NoHang(Check):
         return [
             Violation(
                 self.name,
-                f"no progress for {self.timeout:g} s: {where}",
+                f"hung (no progress for {self.timeout:g} s, or the ranks' collectives "
+                f"differ): {where}",
                 rank=hung[0].rank,
                 cause=self.cause,
             )

@@ -68,8 +68,8 @@ def _search_options(search: Any) -> None:
         "--steps",
         type=int,
         default=4,
-        help="faults target steps 0..STEPS-1, only when the baseline run records no reach "
-        "(by default faults go where the baseline run went, over its whole run)",
+        help="faults target steps 0..STEPS-1 when the baseline run records no reach; "
+        "otherwise faults go where the baseline run went, over its whole run (default: 4)",
     )
     search.add_argument(
         "--max-time",

@@ -68,8 +68,11 @@ class World:
 
     ``timeout`` is the hang watchdog's: an example in which no rank reaches a site for
     ``timeout`` seconds is reported ``hung`` within a few seconds more, with each rank's
-    position and stacks; gloo's own timeout is set just above it. A rank that dies is
-    ``crashed``; the other ranks are released and dead or stuck workers are replaced. On
+    position and stacks; gloo's own timeout is set just above it. When every live rank is
+    blocked in a collective and the collectives differ (or a rank has ended while a peer
+    waits in one), the hang is reported within about a second instead: the ranks are
+    released and kept. A rank that dies is ``crashed``; the other ranks are released, and
+    dead workers (and those a timeout found stuck) are replaced. On
     ``close`` (also on garbage collection and at interpreter exit) every worker process
     and anything it started is killed.
     """
