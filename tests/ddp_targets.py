@@ -279,3 +279,29 @@ def missing_file_on_rank_1() -> None:
                     handle.read()
 
     _fit(Reader())
+
+
+def two_fits(diverge_in_second: bool = False) -> None:
+    """Correct: two fits of the same length in one process, each with its own epoch 0 and
+    steps from 0, the second reseeded; with ``diverge_in_second`` rank 1 edits a weight
+    alone during the second fit (a bug only that fit shows)."""
+    world = _world()  # Lightning deletes WORLD_SIZE when a fit ends
+    pl().seed_everything(0, verbose=False)
+    model = tiny_model_class()()
+    tiny_trainer(max_steps=MAX_STEPS, devices=world, strategy="ddp").fit(model, tiny_loader())
+
+    class Second(pl().Callback):  # type: ignore[misc, name-defined]
+        def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+            if diverge_in_second and trainer.global_rank == 1 and trainer.global_step == 2:
+                with torch.no_grad():
+                    next(module.parameters()).add_(1.0)
+
+    pl().seed_everything(1, verbose=False)
+    second = tiny_trainer(max_steps=MAX_STEPS, devices=world, strategy="ddp", callbacks=[Second()])
+    shuffled = DataLoader(tiny_loader().dataset, batch_size=4, shuffle=True)  # other shards
+    second.fit(model, shuffled)
+
+
+def two_fits_diverging() -> None:
+    """Bug: rank 1 edits a weight alone in the second of two fits."""
+    two_fits(diverge_in_second=True)

@@ -196,3 +196,14 @@ def test_resume_equivalence_mid_epoch_names_the_loader(world: World) -> None:
     )
     assert outcome.violations, outcome.report()
     assert "cannot resume a plain DataLoader mid-epoch" in str(outcome.violations[0])
+
+
+def test_two_fits_are_judged_fit_by_fit(world: World) -> None:
+    """Two fits' epoch 0 and step 0 are not mixed up: the correct program passes, and a
+    divergence only the second fit has is caught at its own step."""
+    checks = [ReplicasInSync(), DisjointShards()]
+    clean = world.run(target("two_fits"), Schedule(), timeout=TIMEOUT, checks=checks)
+    assert clean.passed, clean.report()
+    broken = world.run(target("two_fits_diverging"), Schedule(), timeout=TIMEOUT, checks=checks)
+    violation = only(broken, "replicas-in-sync")
+    assert violation.rank == 1, broken.report()  # type: ignore[attr-defined]

@@ -10,8 +10,9 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, RankView, Violation, observe
 from chaoslight._checks._behaviour import ErrorsSurface, NoHang
-from chaoslight._checks._invariants import DisjointShards, FiniteGrads, FiniteLoss, ReplicasInSync
+from chaoslight._checks._invariants import FiniteGrads, FiniteLoss, ReplicasInSync
 from chaoslight._checks._reruns import Deterministic, ResumeEquivalence
+from chaoslight._checks._shards import DisjointShards
 from chaoslight._runtime._protocol import check_from_name, register_check
 
 CHECKS: dict[str, type[Check]] = {

@@ -13,7 +13,7 @@ from chaoslight._schedule._errors import InvalidArgument
 from chaoslight._schedule._validate import check_tolerance
 
 
-def _quietly() -> Any:
+def quietly() -> Any:
     """chaoslight's own tensor work (checksums) must not reach any site or sync point."""
     injection = active()
     engine = injection.engine if injection is not None else None
@@ -44,7 +44,7 @@ def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
     flats = [t.detach() for t in tensors]
     flats = [(torch.view_as_real(t) if t.is_complex() else t).reshape(-1) for t in flats]
     result: list[list[Any]] = [[0.0, 0.0] + ([0] if bits else []) for _ in flats]
-    with _quietly():
+    with quietly():
         for device in dict.fromkeys(flat.device for flat in flats):
             mine = [i for i, flat in enumerate(flats) if flat.device == device]
             width = BLOCK_CPU if device.type == "cpu" else BLOCK_ACCELERATOR
@@ -109,6 +109,10 @@ class ReplicasInSync(Check):
 
     def observer(self) -> Any:
         check = self
+        fits = [-1]  # steps count from 0 again in each fit of the process
+
+        def on_fit_start(self: Any, trainer: Any, module: Any) -> None:
+            fits[0] += 1
 
         def on_train_batch_end(self: Any, trainer: Any, module: Any, *args: Any) -> None:
             if trainer.world_size < 2:
@@ -117,23 +121,23 @@ class ReplicasInSync(Check):
             items += list(module.named_buffers()) if check.buffers else []
             tensors = [tensor.detach() for _, tensor in items]
             sums, sizes = summaries(tensors, bits=True), [t.numel() for t in tensors]
-            observe(
-                check.name, trainer, {"names": [n for n, _ in items], "sums": sums, "sizes": sizes}
-            )
+            names = [n for n, _ in items]
+            facts = {"fit": fits[0], "names": names, "sums": sums, "sizes": sizes}
+            observe(check.name, trainer, facts)
 
-        return observer_class(
-            "ReplicasInSyncObserver", {"on_train_batch_end": on_train_batch_end}
-        )()
+        hooks = {"on_fit_start": on_fit_start, "on_train_batch_end": on_train_batch_end}
+        return observer_class("ReplicasInSyncObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        by_step: dict[int | None, dict[int, dict[str, Any]]] = defaultdict(dict)
+        by_step: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
         for event, facts in evidence.observations(self.name):
-            by_step[event.step].setdefault(event.rank, facts)
-        for step in sorted(by_step, key=lambda s: -1 if s is None else s):
-            ranks = by_step[step]
+            key = (int(facts.get("fit", 0)), -1 if event.step is None else event.step)
+            by_step[key].setdefault(event.rank, facts)
+        for fit, step in sorted(by_step):
+            ranks = by_step[(fit, step)]
             if len(ranks) < 2:
                 continue
-            violation = self._compare(step, ranks)
+            violation = self._compare(None if step < 0 else step, ranks)
             if violation is not None:
                 return [violation]
         return []
@@ -188,7 +192,7 @@ class FiniteLoss(Check):
             loss = _loss_of(outputs)
             if not isinstance(loss, torch.Tensor):
                 return
-            with torch.no_grad(), _quietly():  # a scalar loss: one call, no new tensor
+            with torch.no_grad(), quietly():  # a scalar loss: one call, no new tensor
                 one = loss.numel() == 1
                 if math.isfinite(loss.item()) if one else bool(torch.isfinite(loss).all()):
                     return
@@ -224,7 +228,7 @@ def all_finite(tensors: list[Any]) -> bool:
     """
     import torch
 
-    with torch.no_grad(), _quietly():
+    with torch.no_grad(), quietly():
         for device in dict.fromkeys(t.device for t in tensors):
             norms = torch._foreach_norm([_dense(t) for t in tensors if t.device == device])
             if not math.isfinite(torch.stack(norms).sum().item()):
@@ -247,7 +251,7 @@ class FiniteGrads(Check):
             grads = [p.grad for p in module.parameters() if p.grad is not None]
             if not grads or all_finite(grads):
                 return
-            with torch.no_grad(), _quietly():  # confirm element by element, name the first
+            with torch.no_grad(), quietly():  # confirm element by element, name the first
                 bad = [
                     name
                     for name, p in module.named_parameters()
@@ -263,126 +267,3 @@ class FiniteGrads(Check):
         return _first_bad(
             self, evidence, lambda facts: f"the gradient of {facts['parameter']!r} is not finite"
         )
-
-
-def _first_tensor(batch: Any) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch
-    items = batch.values() if isinstance(batch, dict) else batch
-    items = items if isinstance(batch, (dict, list, tuple)) else ()
-    return next((found for item in items if (found := _first_tensor(item)) is not None), None)
-
-
-def _multipliers(count: int, device: Any, cache: dict[Any, Any] | None) -> Any:
-    """``count`` fixed odd 64-bit multipliers on ``device`` (seeded: the same on every rank)."""
-    import torch
-
-    key = (count, str(device))
-    if cache is None or key not in cache:
-        generator = torch.Generator().manual_seed(0x5EED)
-        fresh = torch.randint(-(2**62), 2**62, (count,), generator=generator) * 2 + 1
-        if cache is None:
-            return fresh.to(device)
-        cache[key] = fresh.to(device)
-    return cache[key]
-
-
-def row_hashes(batch: Any, cache: dict[Any, Any] | None = None) -> list[int]:
-    """A 64-bit fingerprint of each sample (row) of the batch's first tensor.
-
-    One vectorised multiply-and-sum over the rows' bytes (integer overflow wraps), so a
-    batch of 64 samples costs one small kernel, not 64 calls into a hash library. The
-    multipliers are kept in ``cache`` when given (the observer's, emptied after each fit).
-    """
-    import torch
-
-    tensor = _first_tensor(batch)
-    if tensor is None or tensor.dim() == 0 or tensor.shape[0] == 0:
-        return []
-    with torch.no_grad(), _quietly():
-        rows = tensor.reshape(tensor.shape[0], -1)
-        if not rows.is_contiguous() or rows.storage_offset() * rows.element_size() % 8:
-            rows = rows.clone(memory_format=torch.contiguous_format)  # aligned, as a copy
-        # The widest integer view the row's bytes allow: fewer elements to multiply.
-        wide = rows.shape[1] * rows.element_size() % 8 == 0
-        data = rows.view(torch.int64) if wide else rows.view(torch.uint8).to(torch.int64)
-        fingerprints = (data * _multipliers(data.shape[1], data.device, cache)).sum(dim=1)
-        values: list[int] = fingerprints.tolist()
-    return values
-
-
-class DisjointShards(Check):
-    """In each epoch, no two ranks see the same sample and every rank sees as many batches.
-
-    DistributedSampler pads the last round by repeating up to ``world_size - 1`` samples,
-    so that many shared samples per epoch are allowed: false alarms are worse than misses.
-    """
-
-    name = "disjoint-shards"
-    cause = "no DistributedSampler, or an IterableDataset that does not shard by rank"
-
-    def observer(self) -> Any:
-        check = self
-        cache: dict[Any, Any] = {}  # this fit's hash multipliers
-
-        def on_train_batch_start(self: Any, trainer: Any, module: Any, batch: Any, *a: Any) -> None:
-            facts = {"epoch": trainer.current_epoch, "rows": row_hashes(batch, cache)}
-            observe(check.name, trainer, facts)
-
-        def forget(self: Any, *args: Any, **kwargs: Any) -> None:
-            cache.clear()  # nothing outlives the fit
-
-        hooks = {"on_train_batch_start": on_train_batch_start, "on_exception": forget}
-        return observer_class("DisjointShardsObserver", {**hooks, "teardown": forget})()
-
-    def judge(self, evidence: Evidence) -> list[Violation]:
-        seen: dict[int, dict[int, list[tuple[int | None, int]]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        for event, facts in evidence.observations(self.name):
-            seen[facts["epoch"]][event.rank] += [(event.step, row) for row in facts["rows"]]
-        batches: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-        for event, facts in evidence.observations(self.name):
-            batches[facts["epoch"]][event.rank] += 1
-        for epoch in sorted(seen):
-            violation = self._epoch(epoch, seen[epoch], batches[epoch])
-            if violation is not None:
-                return [violation]
-        return []
-
-    def _epoch(
-        self, epoch: int, rows: dict[int, list[tuple[int | None, int]]], batches: dict[int, int]
-    ) -> Violation | None:
-        ranks = sorted(rows)
-        if len(ranks) < 2:
-            return None
-        counts = {rank: batches[rank] for rank in ranks}
-        if len(set(counts.values())) > 1:
-            low = min(counts, key=counts.__getitem__)
-            return Violation(
-                self.name,
-                f"in epoch {epoch} rank {low} saw {counts[low]} batches, "
-                f"rank {max(counts, key=counts.__getitem__)} saw {max(counts.values())}",
-                rank=low,
-                cause=self.cause,
-            )
-        owner: dict[int, tuple[int, int | None]] = {}
-        shared: list[tuple[int, int, int, int | None]] = []
-        for rank in ranks:
-            for step, row in rows[rank]:
-                if row in owner and owner[row][0] != rank:
-                    shared.append((row, owner[row][0], rank, step))
-                owner.setdefault(row, (rank, step))
-        if len(shared) > len(ranks) - 1:
-            row, first, second, step = shared[0]
-            return Violation(
-                self.name,
-                f"in epoch {epoch} {len(shared)} samples were seen by more than one rank "
-                f"(e.g. sample {row & 0xFFFFFFFFFFFFFFFF:016x} on rank {first} and rank {second})",
-                rank=second,
-                step=step,
-                cause=self.cause,
-            )
-        return None

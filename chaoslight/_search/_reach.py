@@ -28,6 +28,11 @@ from chaoslight._schedule import (
     Schedule,
 )
 
+# An error raised *by* a collective: Lightning 2.5-2.6 swallows one from its per-batch
+# SIGTERM broadcast and the ranks desync, so every correct program would "hang" (a
+# framework bug, reported apart in a later version). Raised errors and OOMs are drawn
+# everywhere else; stragglers, reorders and crashes at collectives too.
+OFF_COLLECTIVES = "off-collectives"
 USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
 PROBE_SECONDS = 1.0  # a straggler long enough to beat the natural margins between ranks
 MAX_PROBES = 32
@@ -116,8 +121,13 @@ class Space:
 
     def able(self, capability: str | None) -> list[str]:
         """The sites that can take a kind needing ``capability`` (and, with a reach, that
-        the run reached)."""
-        able = [s for s in self.sites if capability is None or capability in SITES[s].capabilities]
+        the run reached). ``OFF_COLLECTIVES`` means any site but a collective."""
+        if capability == OFF_COLLECTIVES:
+            able = [s for s in self.sites if not s.startswith("dist.")]
+        else:
+            able = [
+                s for s in self.sites if capability is None or capability in SITES[s].capabilities
+            ]
         if self.reach is not None:
             reached = {site for site, _ in self.reach.points}
             able = [s for s in able if s in reached]

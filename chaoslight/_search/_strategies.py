@@ -39,7 +39,7 @@ from chaoslight._schedule import (
     suggest,
 )
 from chaoslight._search._minimize import DELAY_GRID
-from chaoslight._search._reach import Reach, Space
+from chaoslight._search._reach import OFF_COLLECTIVES, Reach, Space
 
 # Simplest first: one_of shrinks towards earlier branches.
 KINDS = ("delay", "raise", "oom", "drop_sync", "crash", "allocate", "reorder", "corrupt")
@@ -146,10 +146,13 @@ def ooms(
     reach: Reach | None = None,
     deferred: bool | None = False,
 ) -> st.SearchStrategy[Fault]:
-    """Simulated CUDA OOMs. Shrinks to lower ranks, earlier steps, immediate (not deferred)."""
+    """Simulated CUDA OOMs, at any site but a collective (see ``OFF_COLLECTIVES``).
+
+    Shrinks to lower ranks, earlier steps, immediate (not deferred).
+    """
     space = _space(world_size, steps, sites, reach)
     flag = st.booleans() if deferred is None else st.just(deferred)
-    return _kind(OOM, None, deferred=flag)(space)
+    return _kind(OOM, OFF_COLLECTIVES, deferred=flag)(space)
 
 
 def allocations(
@@ -209,7 +212,10 @@ def raises(
     sites: Iterable[str] | None = None,
     reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
-    """Raised errors (RuntimeError, then OSError ENOSPC). Shrinks to RuntimeError, rank 0."""
+    """Raised errors (RuntimeError, then OSError ENOSPC), at any site but a collective.
+
+    Shrinks to RuntimeError, rank 0.
+    """
     kinds = st.sampled_from(
         (
             ("RuntimeError", ("injected by chaoslight",)),
@@ -222,7 +228,7 @@ def raises(
         name, args = fields.pop("error")
         return Raise(name, args, **fields)
 
-    return _kind(build, None, error=kinds)(space)
+    return _kind(build, OFF_COLLECTIVES, error=kinds)(space)
 
 
 def crashes(
@@ -259,7 +265,13 @@ _BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
     "reorder": reorders,
     "corrupt": corruptions,
 }
-_CAPABILITY = {"drop_sync": SYNC, "reorder": REDUCTION, "corrupt": RESULT}
+_CAPABILITY = {
+    "drop_sync": SYNC,
+    "reorder": REDUCTION,
+    "corrupt": RESULT,
+    "oom": OFF_COLLECTIVES,
+    "raise": OFF_COLLECTIVES,
+}
 
 
 def _resolve_kinds(

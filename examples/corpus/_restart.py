@@ -49,7 +49,7 @@ class RestartAfterCrash(Check):
     def _crash_and_restart(self, rerun: Any, workdir: Path) -> list[Violation]:
         crash = Crash(site=self.site, rank=self.rank, nth=self.nth)
         crashed = rerun(Schedule([crash]), workdir=workdir)
-        # The killed rank's own "fired" event may not survive SIGKILL: judge by how it ended.
+        # Fired: the crash's event, or (should the killed rank's log be cut) how it ended.
         view = crashed.ranks.get(self.rank)
         fired = any(event.kind == "fired" for event in crashed.events)
         if not fired and (view is None or view.status != "crashed"):
