@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from chaoslight._runtime import as_checks, as_schedule, inject
+from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import Failure, check_specs, replay_command
 from chaoslight._world import World
 
@@ -62,8 +63,9 @@ class _Recorder:
 class RecordingWorld:
     """A session World seen through one test: ``run`` records what it ran."""
 
-    def __init__(self, world: Any, recorder: _Recorder, timeout: float) -> None:
+    def __init__(self, world: Any, recorder: _Recorder, timeout: float, tried: list[Any]) -> None:
         self.world = world
+        self.tried = tried
         self.recorder = recorder
         self.timeout = timeout
         self.size = world.size
@@ -77,6 +79,7 @@ class RecordingWorld:
         rec.schedule, rec.target, rec.world_size = plan, target, self.size
         rec.timeout, rec.checks = timeout or self.timeout, tuple(checks)
         rec.outcome = None
+        self.tried.append(plan)
         rec.outcome = self.world.run(target, plan, timeout=rec.timeout, checks=checks)
         return rec.outcome
 
@@ -101,24 +104,39 @@ def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -
     if size not in _chaos_worlds or _chaos_worlds[size].closed:
         _chaos_worlds[size] = World(size=size)
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
-    return RecordingWorld(
-        _chaos_worlds[size], recorder, request.config.getoption("--chaos-timeout")
-    )
+    timeout = request.config.getoption("--chaos-timeout")
+    tried = request.config.stash.setdefault(_TRIED, [])
+    return RecordingWorld(_chaos_worlds[size], recorder, timeout, tried)
 
 
 @pytest.fixture
 def chaos(request: pytest.FixtureRequest) -> Any:
     """In-process injection: ``with chaos(schedule, checks=[...]) as run: ...``."""
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
+    tried = request.config.stash.setdefault(_TRIED, [])
 
     def activate(schedule: Any = None, **options: Any) -> Any:
         recorder.schedule = as_schedule(schedule)
+        tried.append(recorder.schedule)
         return inject(recorder.schedule, **options)
 
     return activate
 
 
 _RECORDER = pytest.StashKey[_Recorder]()
+_TRIED = pytest.StashKey[list[Any]]()  # every schedule the fixtures ran this session
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What the chaos fixtures explored this session: schedules, points, kinds."""
+    tried = terminalreporter.config.stash.get(_TRIED, [])
+    if tried:
+        summary = coverage(None, tried)
+        terminalreporter.write_line(
+            f"chaoslight: {summary.examples} schedules run by the chaos fixtures; "
+            f"faults at {summary.tried} (site, step) points; kinds tried: "
+            + (", ".join(f"{k} {n}" for k, n in sorted(summary.kinds.items())) or "none")
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,7 +17,6 @@ from chaoslight._checks import ErrorsSurface
 from chaoslight._cli import main
 from chaoslight._search import Campaign
 from chaoslight._search._inprocess import in_process_runner
-from chaoslight._search._oracle import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"
@@ -182,31 +181,6 @@ def test_quality_two_faults_on_two_ranks_shrink_exactly(tmp_path: Path) -> None:
     ]
     examples = int(found.stdout.split("failure after ")[1].split()[0])
     assert examples <= 200
-
-
-def test_database_lets_a_second_campaign_start_from_the_first_ones_failure(tmp_path: Path) -> None:
-    """With a shared --database, a second campaign replays the saved failure first."""
-
-    def run(schedule: object, fresh: bool = False) -> tuple[Verdict, None]:
-        bad = any(f.kind == "crash" and f.rank == 1 and f.step == 3 for f in schedule)  # type: ignore[attr-defined]
-        return Verdict(bad, "boom" if bad else "", "failed" if bad else "passed"), None
-
-    def campaign(seed: int) -> object:
-        return Campaign(
-            run,
-            schedules(world_size=2, steps=4),
-            max_examples=2000,
-            seed=seed,
-            database=str(tmp_path / "db"),
-            key="target|survive|2",
-            replays=1,
-        ).execute()
-
-    first = campaign(1)
-    second = campaign(2)
-    assert first.status == second.status == "failed"  # type: ignore[attr-defined]
-    assert second.examples < first.examples  # type: ignore[attr-defined]
-    assert second.schedule == first.schedule  # type: ignore[attr-defined]
 
 
 BROKEN = """

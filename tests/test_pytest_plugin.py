@@ -88,6 +88,7 @@ def test_passing_suite_has_no_chaoslight_section(pytester: pytest.Pytester) -> N
     result.assert_outcomes(passed=1)
     assert "failing schedule" not in result.stdout.str()
     assert not Path(pytester.path, ".chaoslight").exists()
+    result.stdout.fnmatch_lines(["chaoslight: 1 schedules run by the chaos fixtures; *"])
 
 
 def test_options_are_registered(pytester: pytest.Pytester) -> None:

@@ -44,7 +44,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_faults": _bounded(1, MAX_FAULTS, FAULTS_WHY),
     "timeout": check_seconds,
     "max_time": check_seconds,
-    "database": check_directory,
+    "database": lambda name, value: value.startswith("redis://") or check_directory(name, value),
     "events_dir": check_directory,
     "out": check_output_file,
     "emit_test": check_output_file,

@@ -15,25 +15,23 @@ and minimises them.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, event, given, reject, settings, target
 from hypothesis import seed as hypothesis_seed
-from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from chaoslight._schedule import ChaosError, Schedule
+from chaoslight._schedule import Schedule
+from chaoslight._search._database import known_failures, open_database, remember
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
-KNOWN_FAILURES = "chaoslight-failures.jsonl"  # in the campaign's database folder
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
 BASELINE = "fails-without-faults"  # the empty schedule already fails
 INTERNAL = "internal-error"  # chaoslight itself raised: not a finding
@@ -104,6 +102,7 @@ class Campaign:
     _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
     _started: float = field(default_factory=time.monotonic, repr=False)
     _first_failure_at: int | None = field(default=None, repr=False)
+    _db: ExampleDatabase | None = field(default=None, repr=False)
 
     def execute(self) -> Result:
         """Baseline, search, shrink, minimise, replay: see the module docstring."""
@@ -223,41 +222,23 @@ class Campaign:
             raise
         return None
 
-    def _folder(self) -> Path | None:
-        """This campaign's part of the shared database directory, keyed by target, world
-        size and checks: campaigns replay only their own failures."""
-        if not self.database:
-            return None
-        return Path(self.database) / hashlib.sha256(self.key.encode()).hexdigest()[:16]
-
-    def _database(self) -> DirectoryBasedExampleDatabase | None:
-        folder = self._folder()
-        return DirectoryBasedExampleDatabase(str(folder)) if folder is not None else None
+    def _database(self) -> ExampleDatabase | None:
+        """This campaign's part of the shared database (keyed by target, world size and
+        checks: campaigns replay only their own failures), opened once."""
+        if self._db is None and self.database:
+            self._db = open_database(self.database, self.key)
+        return self._db
 
     def _known_failure(self) -> _Found | None:
-        """Replay the failures earlier campaigns found first. Hypothesis's own database is
-        not read when a seed is given, so chaoslight keeps the schedules it reported too."""
-        folder = self._folder()
-        path = folder / KNOWN_FAILURES if folder is not None else None
-        if path is None or not path.is_file():
-            return None
-        for line in path.read_text().splitlines():
-            try:
-                schedule = Schedule.from_json(line)
-            except ChaosError:
-                continue  # written by another chaoslight version
+        """Replay the failures earlier campaigns reported first (``_database``)."""
+        for schedule in known_failures(self._database()):
             verdict, outcome = self._example(schedule)
             if verdict.failed:
                 return _Found(schedule, verdict, outcome)
         return None
 
     def _remember(self, schedule: Schedule) -> None:
-        folder = self._folder()
-        if folder is None:
-            return
-        folder.mkdir(parents=True, exist_ok=True)
-        with (folder / KNOWN_FAILURES).open("a") as handle:
-            handle.write(schedule.to_json(indent=None) + "\n")
+        remember(self._database(), schedule)
 
     def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
         self.tried.append(schedule)
