@@ -26,11 +26,13 @@ from examples.corpus import CORPUS, Entry  # noqa: E402
 pytestmark = pytest.mark.slow
 
 TIMEOUT = 30.0
-BUGGY_TIMEOUT = 10.0
+BUGGY_TIMEOUT = 5.0
 
-# Two-rank programs first, so each World size starts once per test function at most.
-ORDERED = sorted(CORPUS, key=lambda entry: entry.world_size)
-WITH_SCHEDULE = [entry for entry in ORDERED if entry.schedule]
+# tests/test_corpus_fuzz.py searches every 2-rank program with the default search (its
+# baseline runs each version with no fault); here: the programs it cannot (3 ranks), and
+# every correct program under its twin's revealing schedule.
+ORDERED = [entry for entry in CORPUS if entry.world_size != 2]
+WITH_SCHEDULE = [entry for entry in CORPUS if entry.schedule]
 
 
 @pytest.fixture(scope="module")

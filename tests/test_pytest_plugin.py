@@ -34,15 +34,15 @@ class Model(pl.LightningModule):
 
 def fit():
     data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=3, logger=False,
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=2, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
     trainer.fit(Model(), DataLoader(data, batch_size=4))
 
 
-@settings(max_examples=5, deadline=None, database=None,
+@settings(max_examples=3, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(schedule=schedules(world_size=1, steps=3, faults=["raise"], max_faults=3,
+@given(schedule=schedules(world_size=1, steps=2, faults=["raise"], max_faults=1,
                           sites=["lightning.training_step"], in_process=True))
 def test_code_under_chaos(chaos, schedule):
     """A real fit under the schedule: every raised error fails it; Hypothesis shrinks."""

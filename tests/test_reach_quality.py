@@ -76,7 +76,7 @@ def test_a_collective_only_one_rank_issues_needs_no_fault(world: World) -> None:
 @pytest.mark.parametrize("program", ["epoch_race", "epoch_end_save", "one_rank_collective"])
 def test_the_fixed_twins_pass_the_same_search(world: World, program: str) -> None:
     """Each fixed twin passes a default search (probes included) with no false alarm."""
-    result = search(world, program, "train_fixed", budget=15)
+    result = search(world, program, "train_fixed", budget=8)
     assert result.status == CLEAN, result.verdict  # type: ignore[attr-defined]
 
 

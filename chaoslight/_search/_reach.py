@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from chaoslight._schedule import (
     LIGHTNING_STEPS,
+    OOM,
     SITES,
     Delay,
     Fault,
@@ -99,15 +100,27 @@ class Reach:
         - a long straggler at each step of each user hook that is not per batch — the
           races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
           next epoch's start);
-        - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``.
+        - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``;
+        - an OOM in the forward (or the training step) at the second step: the OOM
+          handlers that recover on one rank only.
         """
-        found = []
+        found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
         for site, step in self.points:
             for rank in range(world_size):
                 fault = _probe(site, rank, step, self.user, set(kinds))
                 if fault is not None:
                     found.append(Schedule([fault]))
         return found[:MAX_PROBES]
+
+    def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
+        if "oom" not in kinds:
+            return []
+        for site in ("lightning.forward", "lightning.training_step"):
+            steps = sorted(step for name, step in self.points if name == site and step is not None)
+            if steps:  # the second step: the first may be where a program warms up
+                step = steps[1] if len(steps) > 1 else steps[0]
+                return [OOM(site=site, rank=rank, step=step) for rank in range(world_size)]
+        return []
 
 
 @dataclass(frozen=True)

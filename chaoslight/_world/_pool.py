@@ -23,7 +23,13 @@ from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
 from chaoslight._world._outcome import Outcome, overall
-from chaoslight._world._slot import Slot, shutdown, startup_failure, worker_environment
+from chaoslight._world._slot import (
+    Slot,
+    shutdown,
+    start_reaper,
+    startup_failure,
+    worker_environment,
+)
 from chaoslight._world._target import Target, parse_target
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -68,11 +74,9 @@ class World:
 
     ``timeout`` is the hang watchdog's: an example in which no rank reaches a site for
     ``timeout`` seconds is reported ``hung`` within a few seconds more, with each rank's
-    position and stacks; gloo's own timeout is set just above it. When every live rank is
-    blocked in a collective and the collectives differ (or a rank has ended while a peer
-    waits in one), the hang is reported within about a second instead: the ranks are
-    released and kept. A rank that dies is ``crashed``; the other ranks are released, and
-    dead workers (and those a timeout found stuck) are replaced. On
+    position and stacks; gloo's own timeout is set just above it. Ranks blocked in
+    differing collectives are reported ``hung`` within about a second, and kept. A rank
+    that dies is ``crashed``; the others are released; dead or stuck workers are replaced. On
     ``close`` (also on garbage collection and at interpreter exit) every worker process
     and anything it started is killed.
     """
@@ -98,8 +102,9 @@ class World:
         self._spares: list[Slot] = []  # started and imported, waiting to replace a rank
         self._every: list[Slot] = []  # every worker not yet closed: what shutdown kills
         self._selector = selectors.DefaultSelector()
+        reaper = start_reaper(self._python, str(self._root))
         self._finalizer = weakref.finalize(
-            self, shutdown, self._every, self._selector, str(self._root)
+            self, shutdown, self._every, self._selector, str(self._root), reaper
         )
         self._gen = 0
         self._group_ok = False

@@ -175,7 +175,29 @@ class Slot:
 
 
 # Module level, so the World's finalizer holds no reference to the World.
-def shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) -> None:
+# Removes a World's folder once the World's process is gone, however it went: the workers
+# cannot (the kernel SIGKILLs them when their parent dies), and a SIGKILLed parent cannot.
+REAPER = """
+import shutil, sys
+sys.stdin.buffer.read()  # returns at EOF: the World closed, or its process died
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+def start_reaper(python: str, root: str) -> subprocess.Popen[bytes]:
+    """A small process that removes ``root`` when the pipe from this process closes."""
+    return subprocess.Popen(
+        [python, "-S", "-c", REAPER, root],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C meant for the World's process does not reach it
+    )
+
+
+def shutdown(
+    every: list[Slot], selector: selectors.BaseSelector, root: str, reaper: Any = None
+) -> None:
     live = list(every)
     for slot in live:
         slot.signal()
@@ -183,6 +205,11 @@ def shutdown(every: list[Slot], selector: selectors.BaseSelector, root: str) -> 
         slot.close()
     selector.close()
     shutil.rmtree(root, ignore_errors=True)
+    if reaper is not None:
+        with contextlib.suppress(OSError):
+            reaper.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            reaper.wait(timeout=5)
 
 
 def startup_failure(slot: Slot) -> ChaosError:
