@@ -78,7 +78,7 @@ def test_interrupt_raises_hang_detected_in_the_main_thread() -> None:
         Watchdog(0.2, interrupt_after=0.1),
     ):
         time.sleep(10)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 10 / 2  # interrupted long before the sleep ended
 
 
 @pytest.fixture

@@ -101,7 +101,7 @@ class Reach:
           races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
           next epoch's start);
         - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``;
-        - an OOM in the forward (or the training step) at the second step: the OOM
+        - an OOM in the forward (or the training step) at the first step: the OOM
           handlers that recover on one rank only.
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
@@ -117,9 +117,8 @@ class Reach:
             return []
         for site in ("lightning.forward", "lightning.training_step"):
             steps = sorted(step for name, step in self.points if name == site and step is not None)
-            if steps:  # the second step: the first may be where a program warms up
-                step = steps[1] if len(steps) > 1 else steps[0]
-                return [OOM(site=site, rank=rank, step=step) for rank in range(world_size)]
+            if steps:  # the earliest step: what the shrinker would reach anyway
+                return [OOM(site=site, rank=rank, step=steps[0]) for rank in range(world_size)]
         return []
 
 
