@@ -101,8 +101,9 @@ class Reach:
           races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
           next epoch's start);
         - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``;
-        - an OOM in the forward (or the training step) at the first step: the OOM
-          handlers that recover on one rank only.
+        - an OOM in the forward (or the training step) at the first step, on each rank and
+          then on every rank at once (the same batch runs out everywhere): the OOM handlers
+          that recover on one rank only, or only when one rank does.
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
         for site, step in self.points:
@@ -118,7 +119,8 @@ class Reach:
         for site in ("lightning.forward", "lightning.training_step"):
             steps = sorted(step for name, step in self.points if name == site and step is not None)
             if steps:  # the earliest step: what the shrinker would reach anyway
-                return [OOM(site=site, rank=rank, step=steps[0]) for rank in range(world_size)]
+                ranks: list[int | None] = [*range(world_size), None]  # None: every rank at once
+                return [OOM(site=site, rank=rank, step=steps[0]) for rank in ranks]
         return []
 
 
