@@ -295,3 +295,18 @@ def schedules(kinds: tuple[str, ...] | None = None, max_faults: int = 6) -> Any:
         MemoryBudget, limit_bytes=st.integers(1, 2**48), min_tracked_bytes=st.integers(1, 2**40)
     )
     return st.builds(Schedule, st.lists(faults(kinds), max_size=max_faults), memory_budget=budgets)
+
+
+class ExitFails:
+    """A check whose exit() raises "check exit failed" (and whose judge finds nothing)."""
+
+    name = "exit-fails"
+
+    def observer(self) -> None:
+        return None
+
+    def judge(self, evidence: Any) -> list[Any]:
+        return []
+
+    def exit(self) -> None:
+        raise RuntimeError("check exit failed")

@@ -22,7 +22,7 @@ import pytest
 import torch
 import wrapt
 from chaoslight.strategies import schedules
-from helpers import fit, tiny_model
+from helpers import ExitFails, fit, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,21 +105,6 @@ def warm_up() -> None:
     armed = Schedule([Delay(0, site=site, step=10**9) for site in SITES])
     with chaoslight.inject(armed, observe=PROGRESS_SITES):
         torch.save(1, io.BytesIO())
-
-
-class ExitFails:
-    """A check whose exit() raises."""
-
-    name = "exit-fails"
-
-    def observer(self) -> None:
-        return None
-
-    def judge(self, evidence: Any) -> list[Any]:
-        return []
-
-    def exit(self) -> None:
-        raise RuntimeError("check exit failed")
 
 
 def wrapt_save(calls: list[str]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 import wrapt
-from helpers import changed, faults, patched_attributes
+from helpers import ExitFails, changed, faults, patched_attributes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -413,21 +413,6 @@ def test_crash_stores_a_signal_enum_as_its_number() -> None:
 
     assert Crash(site="torch.save", signal=signal.SIGTERM) == Crash(site="torch.save", signal=15)
     assert type(Crash(site="torch.save", signal=signal.SIGTERM).signal) is int
-
-
-class ExitFails:
-    """A check whose exit() raises (and whose judge finds nothing)."""
-
-    name = "exit-fails"
-
-    def observer(self) -> None:
-        return None
-
-    def judge(self, evidence: Any) -> list[Any]:
-        return []
-
-    def exit(self) -> None:
-        raise RuntimeError("exit failed")
 
 
 @pytest.mark.parametrize("block_raises", [False, True])
