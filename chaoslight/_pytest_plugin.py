@@ -12,8 +12,13 @@ size it with a Hypothesis profile (``--hypothesis-profile``); chaoslight sets ne
 
 When a test that used a fixture fails, its report gets a ``chaoslight`` section with
 the last schedule run (for a Hypothesis test, the example Hypothesis shrank it to) in text
-form, the failure, and the replay command; the failure is written to
-``.chaoslight/failures/<test>.json`` with the checks' full specs.
+form, the root cause in one line, and the replay command; the failure is written to
+``.chaoslight/failures/<test>.json`` with the checks' full specs and, for a World example,
+its timeline to ``<test>.html`` (``chaos_world`` traces every run: a lane per rank, every
+hook and collective, each rank's traceback). A failing report longer than
+``MAX_REPORT_LINES`` (per-rank tracebacks in an assertion message) is cut to its start
+and end on the terminal; the whole of it goes to ``<test>.txt``, with ``outcome.report()``.
+``--chaos-full-report`` keeps it whole.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from chaoslight._search._failure import Failure, check_specs, replay_command
 from chaoslight._world import World
 
 FAILURES_DIR = Path(".chaoslight") / "failures"
+MAX_REPORT_LINES = 60  # a failing test's report beyond this is cut (the file keeps it all)
+HEAD_LINES, TAIL_LINES = 26, 12
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,6 +48,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=float,
         default=20.0,
         help="per-example timeout of chaos_world.run, seconds",
+    )
+    group.addoption(
+        "--chaos-full-report",
+        action="store_true",
+        help="show a failing chaos test's whole report on the terminal (default: one longer "
+        f"than {MAX_REPORT_LINES} lines is cut; the whole goes to .chaoslight/failures/)",
     )
 
 
@@ -71,8 +84,16 @@ class RecordingWorld:
         self.size = world.size
 
     def run(
-        self, target: str, schedule: Any = None, *, timeout: float | None = None, checks: Any = ()
+        self,
+        target: str,
+        schedule: Any = None,
+        *,
+        timeout: float | None = None,
+        checks: Any = (),
+        trace: bool = True,
     ) -> Any:
+        """``World.run``, traced by default: a failure's report comes with its timeline
+        (the spans cost microseconds per site call; ``trace=False`` skips them)."""
         plan = as_schedule(schedule)
         checks = as_checks(checks)
         rec = self.recorder
@@ -80,7 +101,7 @@ class RecordingWorld:
         rec.timeout, rec.checks = timeout or self.timeout, tuple(checks)
         rec.outcome = None
         self.tried.append(plan)
-        rec.outcome = self.world.run(target, plan, timeout=rec.timeout, checks=checks)
+        rec.outcome = self.world.run(target, plan, timeout=rec.timeout, checks=checks, trace=trace)
         return rec.outcome
 
 
@@ -146,11 +167,54 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     recorder = item.stash.get(_RECORDER, None)
     if report.when != "call" or not report.failed or recorder is None or recorder.schedule is None:
         return
-    report.sections.append(("chaoslight", _describe(item, recorder)))
+    name = re.sub(r"[^\w.-]+", "_", item.nodeid).strip("_")
+    root = Path(item.config.rootpath)
+    whole = item.config.getoption("chaos_full_report")
+    cut = _keep_report(report, recorder, root, name, whole)
+    report.sections.append(("chaoslight", _describe(item, recorder, root, name, cut)))
 
 
-def _describe(item: pytest.Item, recorder: _Recorder) -> str:
-    path = FAILURES_DIR / (re.sub(r"[^\w.-]+", "_", item.nodeid).strip("_") + ".json")
+def _file(name: str, suffix: str) -> Path:
+    """``.chaoslight/failures/<name><suffix>``, relative to the rootdir, as reports name it."""
+    return FAILURES_DIR / f"{name}{suffix}"
+
+
+def _keep_report(report: Any, recorder: _Recorder, root: Path, name: str, whole: bool) -> bool:
+    """Write the test's whole report (and the outcome's, every rank's traceback) to
+    ``<name>.txt``; cut the terminal's copy to its start and end when it is long."""
+    text = report.longreprtext
+    if recorder.outcome is not None:
+        text += "\n\n" + recorder.outcome.report()
+    kept = root / _file(name, ".txt")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text + "\n", encoding="utf-8")
+    lines = report.longreprtext.splitlines()
+    if whole or len(lines) <= MAX_REPORT_LINES:
+        return False
+    cut = len(lines) - HEAD_LINES - TAIL_LINES
+    note = f"... {cut} lines cut by chaoslight: the whole report is in {_file(name, '.txt')}"
+    text = "\n".join([*lines[:HEAD_LINES], note, *lines[-TAIL_LINES:]])
+    report.longrepr = _CutReport(text, getattr(report.longrepr, "reprcrash", None))
+    return True
+
+
+class _CutReport:
+    """A failure's report cut short; ``reprcrash`` keeps pytest's one-line summary."""
+
+    def __init__(self, text: str, reprcrash: Any) -> None:
+        self.text, self.reprcrash = text, reprcrash
+
+    def toterminal(self, out: Any) -> None:
+        for line in self.text.splitlines():
+            out.line(line)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _describe(item: pytest.Item, recorder: _Recorder, root: Path, name: str, cut: bool) -> str:
+    """The report's chaoslight section: the schedule, the cause, where the files are."""
+    path = _file(name, ".json")
     outcome = recorder.outcome
     reason = outcome.summary() if outcome is not None else "the test failed under this schedule"
     failure = Failure(
@@ -161,7 +225,7 @@ def _describe(item: pytest.Item, recorder: _Recorder) -> str:
         check_specs(recorder.checks),
         reason,
     )
-    failure.save(Path(item.config.rootpath) / path)
+    failure.save(root / path)
     shrunk = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
     lines = [
         "failing schedule, as Hypothesis shrank it:"
@@ -172,6 +236,12 @@ def _describe(item: pytest.Item, recorder: _Recorder) -> str:
     lines.append(f"failure: {reason}")
     for violation in getattr(outcome, "violations", None) or []:
         lines.append(f"check failed: {violation}")
+    if outcome is not None:
+        html = _file(name, ".html")
+        outcome.to_html(root / html, replay_command=replay_command(path, failure))
+        lines.append(f"timeline: {html} (open it in a browser: a lane per rank)")
+    what = "the whole report" if cut else "the report"
+    lines.append(f"{what}, with every rank's traceback: {_file(name, '.txt')}")
     lines.append(f"schedule written to {path}")
     if recorder.target:
         lines.append(f"replay: {replay_command(path, failure)}")

@@ -5,7 +5,7 @@
         outcome = world.run("train.py:main", schedule, checks=[ReplicasInSync(), ErrorsSurface()])
 
 Each check works in one process (``inject(schedule, checks=[...])``) and across ranks;
-names are stable for ``--check NAME``. See ``docs/checks.md``.
+names are stable for ``--check NAME``. See ``docs/explanation/checks.md``.
 """
 
 from chaoslight._checks import *  # noqa: F403  (the public face of the private package)

@@ -1,5 +1,5 @@
 """An example chaos test suite to copy: Hypothesis draws schedules, a World runs them,
-the fault-aware oracle judges each run (docs/oracle.md).
+the fault-aware oracle judges each run (docs/explanation/oracle.md).
 
     python -m pytest examples/test_chaos_example.py
 

@@ -265,6 +265,7 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
         ),
         "corrupt": st.fixed_dictionaries({"value": st.sampled_from(CORRUPT_VALUES)}),
         "crash": st.fixed_dictionaries({"signal": st.sampled_from(sorted(Crash.SIGNALS))}),
+        "preempt": st.fixed_dictionaries({"after": st.floats(0, 60, allow_nan=False)}),
     }
     chosen = tuple(sorted(FAULT_KINDS)) if kinds is None else kinds
 
@@ -294,7 +295,12 @@ def schedules(kinds: tuple[str, ...] | None = None, max_faults: int = 6) -> Any:
     budgets = st.none() | st.builds(
         MemoryBudget, limit_bytes=st.integers(1, 2**48), min_tracked_bytes=st.integers(1, 2**40)
     )
-    return st.builds(Schedule, st.lists(faults(kinds), max_size=max_faults), memory_budget=budgets)
+    return st.builds(
+        Schedule,
+        st.lists(faults(kinds), max_size=max_faults),
+        memory_budget=budgets,
+        restarts=st.integers(0, 3),
+    )
 
 
 class ExitFails:

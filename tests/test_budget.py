@@ -1,13 +1,27 @@
-"""Allocate and MemoryBudget: simulated device memory that runs out on a CPU machine."""
+"""Allocate and MemoryBudget: simulated device memory that runs out on a CPU machine.
+
+The budget sees every storage the user's code makes (a torch dispatch mode), not only
+factory calls: ``torch.cat``, ``a @ b``, ``.repeat``, ``new_zeros``, ``torch.tensor``,
+the backward's gradients.
+"""
 
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import re
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from helpers import fit, tiny_model
+from helpers import fit, tiny_loader, tiny_model, tiny_trainer
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+from torch.utils.data import DataLoader, Dataset
 
 import chaoslight
 from chaoslight import Allocate, MemoryBudget, Schedule
@@ -155,3 +169,215 @@ def test_budget_does_not_outlive_the_injection() -> None:
         torch.save(1, io.BytesIO())
     big = torch.empty(4 * MiB)
     assert big.numel() == 4 * MiB
+
+
+# -- every storage, not only factory calls ----------------------------------------------
+
+FLOATS_PER_MiB = MiB // 4
+
+
+def budget(limit_bytes: int, min_tracked_bytes: int = 1) -> Schedule:
+    """A schedule with only a budget; by default every storage counts, however small."""
+    return Schedule(memory_budget=MemoryBudget(limit_bytes, min_tracked_bytes))
+
+
+def dispatch_modes() -> list[Any]:
+    """The torch dispatch modes pushed on this thread, innermost last."""
+    return list(_get_current_dispatch_mode_stack())
+
+
+MAKERS: dict[str, Callable[[], Any]] = {
+    "cat": lambda: torch.cat([torch.ones(FLOATS_PER_MiB // 2)] * 4),
+    "matmul": lambda: torch.ones(512, 128) @ torch.ones(128, 1024),
+    "repeat": lambda: torch.ones(FLOATS_PER_MiB // 2).repeat(4),
+    "new_zeros": lambda: torch.ones(4).new_zeros(2 * FLOATS_PER_MiB),
+    "tensor_from_list": lambda: torch.tensor([0.0] * (2 * FLOATS_PER_MiB)),
+}
+
+
+@pytest.mark.parametrize("make", MAKERS.values(), ids=MAKERS.keys())
+def test_tensors_made_by_any_op_count(make: Callable[[], Any]) -> None:
+    """A 2 MiB result of cat, @, repeat, new_zeros or torch.tensor counts: it fits in 3 MiB
+    beside its (under 1 MiB of) inputs, and runs out of a budget one byte short of 2 MiB."""
+    with chaoslight.inject(budget(3 * MiB)):
+        assert make().nbytes == 2 * MiB
+    with (
+        chaoslight.inject(budget(2 * MiB - 1)),
+        pytest.raises(torch.OutOfMemoryError, match=f"^{OOM_PREFIX} 2.00 MiB"),
+    ):
+        make()
+
+
+def test_views_and_in_place_ops_are_not_counted_twice() -> None:
+    """Views, in-place ops and out= of a counted tensor, or of one made before the budget,
+    take nothing more: the rest of the budget is still free to the byte."""
+    made_before = torch.ones(4 * FLOATS_PER_MiB)
+    views: list[Any] = []
+    with chaoslight.inject(budget(4 * MiB)):
+        counted = torch.ones(2 * FLOATS_PER_MiB)
+        for tensor in (counted, made_before):
+            views += [tensor.view(-1, 4), tensor[::2], tensor.reshape(2, -1), tensor.detach()]
+            views += [tensor.unsqueeze(0).expand(3, -1), tensor.as_strided((8,), (2,))]
+            tensor.add_(1).mul_(2).zero_()
+            torch.add(tensor, 1, out=tensor)
+        rest = torch.empty(2 * FLOATS_PER_MiB)  # the other 2 MiB fit exactly
+        with pytest.raises(torch.OutOfMemoryError, match=f"^{OOM_PREFIX} 4 bytes"):
+            torch.empty(1)
+    assert len(views) == 12 and rest.nbytes == counted.nbytes == 2 * MiB
+
+
+def test_a_freed_storage_gives_its_bytes_back_when_its_last_view_goes() -> None:
+    """A cat's 2 MiB stay counted while a view of it lives, and come back once it is gone."""
+    with chaoslight.inject(budget(3 * MiB)):
+        block = torch.ones(FLOATS_PER_MiB)
+        first = torch.cat([block, block])
+        view = first[:1]
+        del first
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.cat([block, block])
+        del view
+        again = torch.cat([block, block])
+    assert again.nbytes == 2 * MiB
+
+
+def grow(kept: list[Any], block: Any) -> None:
+    """The user's code that makes the rank-specific extra (the frame a report names)."""
+    kept.append(torch.cat([block, block]))
+
+
+def test_budget_oom_names_rank_step_user_frame_request_used_and_limit() -> None:
+    """Inside a fit, a torch.cat over the budget raises the CUDA-shaped OOM from the user's
+    frame, naming the rank, step, that frame, the request, what is used and the limit."""
+    kept: list[Any] = []
+    block = torch.ones(FLOATS_PER_MiB // 2)  # 0.5 MiB: under min_tracked_bytes, not counted
+    model = tiny_model(step_hook=lambda model, step: grow(kept, block))
+    schedule = Schedule(memory_budget=MemoryBudget(5 * MiB // 2))  # default min: 1 MiB
+    with chaoslight.inject(schedule), pytest.raises(torch.OutOfMemoryError) as caught:
+        fit(model, max_steps=4)
+    message = str(caught.value)
+    assert message.startswith(f"{OOM_PREFIX} 1.00 MiB. GPU 0 has a total capacity of 2.50 MiB")
+    where = rf"{re.escape(__file__)}:\d+ in grow"
+    assert re.search(
+        rf"MemoryBudget on rank 0, step 2: aten\.cat\S* at {where} requested 1\.00 MiB; "
+        r"2\.00 MiB used of the 2\.50 MiB limit\]$",
+        message,
+    ), message
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert "grow" in [frame.name for frame in frames]
+    assert [step for step, _ in model.batches] == [0, 1, 2] and len(kept) == 2
+
+
+def test_gradients_made_by_backward_count() -> None:
+    """The backward's gradients count: two 1 MiB partial gradients run out of 1.5 MiB."""
+    weights = torch.ones(FLOATS_PER_MiB, requires_grad=True)  # made before: not counted
+    with chaoslight.inject(budget(3 * MiB // 2)):
+        loss = (weights * weights).sum()  # the 1 MiB product is freed by the sum
+        with pytest.raises(torch.OutOfMemoryError) as caught:
+            loss.backward()
+    assert " in test_gradients_made_by_backward_count requested 1.00 MiB" in str(caught.value)
+
+
+class _TwoBigTensors(Dataset):  # type: ignore[type-arg]
+    """Each item makes 6 MiB in the DataLoader worker; returns whether it saw a mode."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> Any:
+        kept = [torch.ones(3 * FLOATS_PER_MiB), torch.ones(3 * FLOATS_PER_MiB)]
+        return torch.tensor([len(dispatch_modes()), len(kept)])
+
+
+# Python 3.12+ warns that fork() in a multi-threaded process may deadlock: this one doesn't.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_other_threads_and_dataloader_worker_processes_do_not_count() -> None:
+    """Tensors made in another thread or in a forked DataLoader worker never count (nor does
+    the worker keep the dispatch mode)."""
+    made: list[Any] = []
+    with chaoslight.inject(budget(MiB)):
+        thread = threading.Thread(target=lambda: made.append(torch.ones(4 * FLOATS_PER_MiB)))
+        thread.start()
+        thread.join()
+        loader = DataLoader(_TwoBigTensors(), num_workers=1, multiprocessing_context="fork")
+        (seen,) = list(loader)
+    assert made[0].nbytes == 4 * MiB
+    assert seen.tolist() == [[0, 2]]  # no mode in the worker, and no OOM either
+
+
+def _exit_0_if_a_cat_runs_out() -> None:
+    """In a forked child: exit 0 if the inherited 2 MiB budget stops a 2 MiB torch.cat."""
+    torch.set_num_threads(1)  # the parent's OpenMP pool is gone: a parallel fill would hang
+    block = torch.ones(FLOATS_PER_MiB)
+    try:
+        torch.cat([block, block])
+    except torch.OutOfMemoryError:
+        os._exit(0)
+    os._exit(1)
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_a_process_forked_outside_a_dataloader_keeps_its_budget() -> None:
+    """A rank forked from the training process (Lightning's ddp_fork) keeps counting."""
+    with chaoslight.inject(budget(2 * MiB)):
+        child = multiprocessing.get_context("fork").Process(target=_exit_0_if_a_cat_runs_out)
+        child.start()
+        child.join(timeout=60)
+    if child.exitcode is None:
+        child.kill()  # a hung child fails the test, it does not hang the suite
+    assert child.exitcode == 0
+
+
+class _UserMode(TorchDispatchMode):
+    """A user's own dispatch mode, passing every op through."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_dispatch_mode_only_while_a_budget_is_active() -> None:
+    """No budget, no dispatch mode at all; with one, exactly one, gone after the block
+    whether it ends normally or by an exception, and a mode the user left on top survives."""
+    with chaoslight.inject(Schedule()):
+        assert dispatch_modes() == []
+    with chaoslight.inject(budget(MiB)):
+        assert len(dispatch_modes()) == 1
+    assert dispatch_modes() == []
+    with pytest.raises(ValueError, match="boom"), chaoslight.inject(budget(MiB)):
+        raise ValueError("boom")
+    assert dispatch_modes() == []
+    user_mode = _UserMode()
+    with chaoslight.inject(budget(MiB)):
+        user_mode.__enter__()  # and never left
+    try:
+        assert dispatch_modes() == [user_mode]
+    finally:
+        user_mode.__exit__(None, None, None)
+
+
+def rank_0_hoards() -> None:
+    """World target: a 2-rank DDP fit in which rank 0 alone keeps a 1 MiB torch.cat per step."""
+    kept: list[Any] = []
+    block = torch.ones(FLOATS_PER_MiB // 2)
+
+    def hook(model: Any, step: int) -> None:
+        if model.trainer.global_rank == 0:
+            grow(kept, block)
+
+    world = int(os.environ["WORLD_SIZE"])
+    trainer = tiny_trainer(max_steps=4, devices=world, strategy="ddp")
+    trainer.fit(tiny_model(step_hook=hook), tiny_loader())
+
+
+@pytest.mark.slow
+def test_a_rank_0_extra_made_by_torch_cat_runs_rank_0_out_of_budget(world2: Any) -> None:
+    """In a 2-rank DDP fit, rank 0's torch.cat extras run it out of budget at step 2; rank 1,
+    which makes none, does not run out."""
+    target = f"{Path(__file__).resolve()}:rank_0_hoards"
+    schedule = Schedule(memory_budget=MemoryBudget(5 * MiB // 2))
+    outcome = world2.run(target, schedule, timeout=30)
+    error = outcome.ranks[0].exception
+    assert error is not None and error.type == "OutOfMemoryError", outcome.report()
+    assert "MemoryBudget on rank 0, step 2: aten.cat" in error.message
+    assert re.search(r"test_budget\.py:\d+ in grow requested 1\.00 MiB", error.message)
+    other = outcome.ranks[1].exception
+    assert other is None or other.type != "OutOfMemoryError", outcome.report()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +200,177 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
         (1, "dist.gradient_allreduce", 1),
     ], result.stdout[-2000:] + result.stderr[-4000:]
     assert "rank 1 step   1 fired    delay@dist.gradient_allreduce" in result.stderr
+
+
+# -- fuzz and replay: what they print about a failure, and the timeline ----------------------
+def two_rank_failure() -> tuple[Any, Any]:
+    """A verdict and an outcome as a traced replay returns them: rank 1 raised by a fault
+    (its traceback through torch's frames), rank 0 was released in collective #2."""
+    from chaoslight._runtime import Event
+    from chaoslight._search._oracle import Verdict
+    from chaoslight._world import ExceptionInfo, Outcome, RankResult
+
+    library = f"{torch_folder()}/nn/modules/module.py"
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/train.py", line 9, in train\n    fit()\n'
+        f'  File "{library}", line 1, in _call_impl\n    return forward_call()\n'
+        f'  File "{library}", line 2, in forward\n    raise RuntimeError("injected")\n'
+        "RuntimeError: injected by chaoslight\n"
+    )
+    events = [
+        Event(kind, site, rank, 0, 10.0 + t, 0.0, "", call, detail, 1)
+        for rank in (0, 1)
+        for kind, site, t, call, detail in (
+            ("enter", "dist.all_reduce", 0.0, 1, "#1"),
+            ("exit", "dist.all_reduce", 0.01, 1, ""),
+            ("enter", "dist.barrier", 0.02, 1, "#2"),
+            ("exit", "dist.barrier", 0.05, 1, "raised RuntimeError" if rank == 0 else ""),
+        )
+    ]
+    fault = "raise@lightning.training_step rank=1 step=0"
+    events.append(Event("fired", "lightning.training_step", 1, 0, 10.03, 0.0, fault, 1, "", 1))
+    ranks = (
+        RankResult(0, "released", ExceptionInfo("RuntimeError", "gloo closed", "gloo tb", True)),
+        RankResult(1, "failed", ExceptionInfo("RuntimeError", "injected by chaoslight", traceback)),
+    )
+    outcome = Outcome("failed", ranks, events, 0.2, chaoslight.Schedule.parse(fault), "t.py:train")
+    reason = "rank 1 raised by the fault; consequence: rank 0 was released"
+    return Verdict(True, reason, "failed"), outcome
+
+
+def torch_folder() -> str:
+    import torch
+
+    return str(Path(torch.__file__).parent)
+
+
+def test_replay_says_the_reason_once_and_writes_the_timeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """replay prints the reason once, the schedule, the root cause's traceback without
+    library frames, and the per-rank table; --html writes the page and prints its path."""
+    from chaoslight._cli import _fuzz
+
+    seen: dict[str, Any] = {}
+
+    def traced_replay(failure: Any, **options: Any) -> tuple[Any, Any]:
+        seen.update(options)
+        return two_rank_failure()
+
+    monkeypatch.setattr(_fuzz, "replay", traced_replay)
+    failure_file = tmp_path / "f.json"
+    chaoslight.Failure(chaoslight.Schedule(), "t.py:train").save(failure_file)
+    page = tmp_path / "page.html"
+    assert main(["replay", str(failure_file), "--html", str(page)]) == 1
+    out = capsys.readouterr().out
+    assert seen["trace"] is True
+    assert out.count("rank 1 raised by the fault") == 1, out
+    assert "1 frame of torch, Lightning and chaoslight hidden" in out
+    assert '/home/me/train.py", line 9' in out and "_call_impl" not in out
+    assert 'raise RuntimeError("injected")' in out and "gloo tb" not in out
+    assert re.search(r"#2 barrier \(raised RuntimeError\) +#2 barrier", out), out
+    assert f"timeline: {page}" in out and page.read_text().count("class='lane'") == 2
+
+
+def test_fuzz_writes_the_timeline_beside_the_failure_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fuzz replays the failure once more, traced, on its own World, and writes
+    ``<out>.html``; --no-html skips both; --strict reaches the search."""
+    from chaoslight._cli import _fuzz, _report
+    from chaoslight._search._campaign import FAILED, Result
+
+    verdict, outcome = two_rank_failure()
+    searched: list[dict[str, Any]] = []
+    traced: list[dict[str, Any]] = []
+
+    def search(target: str, **options: Any) -> tuple[Any, Any]:
+        searched.append(options)
+        result = Result(FAILED, outcome.schedule, verdict, outcome, examples=5)
+        return result, chaoslight.Failure(outcome.schedule, target, reason=verdict.reason)
+
+    def replay(failure: Any, **options: Any) -> tuple[Any, Any]:
+        traced.append(options)
+        return verdict, outcome
+
+    monkeypatch.setattr(_fuzz, "World", lambda size: contextlib.nullcontext(f"World({size})"))
+    monkeypatch.setattr(_fuzz, "fuzz", search)
+    monkeypatch.setattr(_report, "replay", replay)
+    out = tmp_path / "found.json"
+    assert main(["fuzz", "t.py:train", "--out", str(out), "--strict"]) == 1
+    printed = capsys.readouterr().out
+    assert searched[-1]["strict"] is True and searched[-1]["world"] == "World(2)"
+    assert traced == [{"world": "World(2)", "trace": True}]
+    assert f"timeline: {tmp_path / 'found.html'}" in printed
+    assert (tmp_path / "found.html").exists() and "#2 barrier" in printed
+    (tmp_path / "found.html").unlink()
+    assert main(["fuzz", "t.py:train", "--out", str(out), "--no-html"]) == 1
+    assert len(traced) == 1 and not (tmp_path / "found.html").exists()
+    assert searched[-1]["strict"] is False
+
+
+def test_plain_progress_ends_with_the_summary_counts_and_says_so_on_ctrl_c() -> None:
+    """In a CI log the last progress line has the final count (the summary's), and a
+    campaign stopped by Ctrl-C still prints how far it got."""
+    from rich.console import Console
+
+    from chaoslight._cli._progress import Display
+    from chaoslight._search import Progress
+
+    console = Console(file=io.StringIO(), force_terminal=False, width=200)
+    progress = Progress(phase="generating")
+    with pytest.raises(KeyboardInterrupt), Display("t.py:train", console) as display:
+        for count in range(1, 7):
+            progress.examples = count
+            display.update(progress)  # one line per phase, or every few seconds
+        raise KeyboardInterrupt
+    lines = console.file.getvalue().splitlines()
+    assert lines[-2] == "[generating] examples=6 failure found=no rate=" + lines[-2].split("=")[-1]
+    assert lines[-1].startswith("chaoslight fuzz: interrupted (Ctrl-C) during generating, after 6")
+    assert lines[-1].endswith("no failure found so far")
+
+
+def test_live_panel_keeps_a_long_title_on_one_line() -> None:
+    """On a narrow terminal the panel's title is cut with an ellipsis, never wrapped."""
+    from rich.console import Console
+
+    from chaoslight._cli._progress import Display
+    from chaoslight._search import Progress
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=40, color_system=None)
+    with Display("/a/very/long/path/to/the/training/script.py:train", console) as display:
+        display.update(Progress(phase="shrinking", examples=12, failures=1))
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console.file.getvalue())
+    frame = text.split("chaoslight fuzz")[-1].splitlines()
+    assert frame[0].endswith("…") and len("chaoslight fuzz" + frame[0]) <= 40
+    assert [line.split()[:2] for line in frame[1:5]] == [
+        ["phase", "shrinking"],
+        ["examples", "12"],
+        ["failure", "found"],
+        ["examples/min", frame[4].split()[1]],
+    ]
+
+
+def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
+    """The panel's failure count is 1 once a failure is found, however often shrinking
+    reruns failing schedules."""
+    from chaoslight.strategies import schedules
+
+    from chaoslight._search import Campaign
+    from chaoslight._search._oracle import Verdict
+
+    failing_runs = 0
+
+    def runner(schedule: Any, fresh: bool = False) -> tuple[Verdict, None]:
+        nonlocal failing_runs
+        bad = any(f.kind == "oom" for f in schedule)
+        failing_runs += bad
+        return Verdict(bad, "boom" if bad else "", "failed" if bad else "passed"), None
+
+    strategy = schedules(world_size=2, steps=4, faults=["oom", "delay"], max_faults=3)
+    campaign = Campaign(runner, strategy, max_examples=100, seed=2, replays=1)
+    counts: list[int] = []
+    campaign.on_progress = lambda progress: counts.append(progress.failures)
+    campaign.execute()
+    assert failing_runs > 2 and max(counts) == 1 and counts[-1] == 1

@@ -1,7 +1,7 @@
 """The corpus (examples/corpus): every correct program passes, every buggy twin does not.
 
 Each run is judged as ``chaoslight fuzz`` judges it: by its default checks and the oracle
-(``chaoslight.judge``, docs/oracle.md). One World per world size for the whole module.
+(``chaoslight.judge``, docs/explanation/oracle.md). One World per world size for the whole module.
 A correct program is never expected to hang, so its runs get the full 30 s progress
 timeout; a buggy twin that hangs is recognised after ``BUGGY_TIMEOUT`` seconds without
 progress (a correct run reaches a site many times a second), which keeps the module

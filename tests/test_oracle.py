@@ -1,4 +1,4 @@
-"""The fault-aware oracle on synthetic outcomes: one test per rule of docs/oracle.md."""
+"""The fault-aware oracle on synthetic outcomes: one test per rule of docs/explanation/oracle.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Each rule of docs/oracle.md on real 2-rank Lightning programs: a correct one and a buggy
-twin per rule, judged by ``chaoslight.judge`` as the search judges them."""
+"""Each rule of docs/explanation/oracle.md on real 2-rank Lightning programs: a correct one
+and a buggy twin per rule, judged by ``chaoslight.judge`` as the search judges them."""
 
 from __future__ import annotations
 

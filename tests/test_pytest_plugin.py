@@ -107,9 +107,9 @@ TARGET = {target!r}
 
 @pytest.mark.chaos_world(size=2)
 def test_world_fails(chaos_world):
-    """A Raise on rank 1 fails the example; the report names the schedule and replay."""
+    """A Raise on rank 1 fails the example; every rank's traceback in the message."""
     outcome = chaos_world.run(TARGET, "raise@lightning.training_step rank=1 step=1", timeout=20)
-    assert outcome.passed, outcome.summary()
+    assert outcome.passed, outcome.report()
 
 def test_world_passes(chaos_world):
     """An empty schedule passes on the session World."""
@@ -119,14 +119,26 @@ def test_world_passes(chaos_world):
 
 @pytest.mark.slow
 def test_chaos_world_fixture_reports_replay_command(pytester: pytest.Pytester) -> None:
-    """chaos_world runs real 2-rank examples; a failure's report carries the replay command."""
+    """chaos_world runs real 2-rank examples; a failure's report is short: the cause, the
+    schedule, the replay command and where the timeline and the whole report (every
+    rank's traceback) were written."""
     target = str(Path(__file__).resolve().parent.parent / "examples" / "ddp_train.py") + ":train"
     pytester.makepyfile(test_world=WORLD_SUITE.format(target=target))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
     result.assert_outcomes(failed=1, passed=1)
+    kept = ".chaoslight/failures/test_world.py_test_world_fails"
     result.stdout.fnmatch_lines(
         [
+            "*AssertionError: chaoslight World: * rank 1 raised: RuntimeError: injected*",
+            f"... * lines cut by chaoslight: the whole report is in {kept}.txt",
             "*raise@lightning.training_step rank=1 step=1*",
-            "replay: chaoslight replay .chaoslight/failures/test_world.py_test_world_fails.json *",
+            f"timeline: {kept}.html (open it in a browser: a lane per rank)",
+            f"the whole report, with every rank's traceback: {kept}.txt",
+            f"replay: chaoslight replay {kept}.json *",
         ]
     )
+    assert len(result.stdout.lines) < 120, result.stdout.str()
+    whole = Path(pytester.path, f"{kept}.txt").read_text()
+    assert "rank 0: released" in whole and whole.count("Traceback (most recent call last)") >= 4
+    page = Path(pytester.path, f"{kept}.html").read_text()
+    assert page.count("class='lane'") == 2 and "span c-coll" in page  # traced: collectives

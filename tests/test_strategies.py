@@ -32,10 +32,13 @@ def test_generated_schedules_are_valid_and_round_trip(schedule: Schedule) -> Non
     for fault in schedule:
         if fault.kind == "reorder":
             assert fault.rank is None  # every rank sums in the same order, as backends do
+        elif fault.kind == "preempt":
+            assert fault.rank is None or 0 <= fault.rank < 3  # a whole job, or one node
         else:
             assert fault.rank is not None and 0 <= fault.rank < 3
         assert fault.step is not None and 0 <= fault.step < 5
         assert fault.site in SITES
+    assert schedule.restarts in (0, 1)
     assert Schedule.from_json(schedule.to_json()) == schedule
     assert Schedule.from_text(schedule.to_text()) == schedule
 
@@ -44,7 +47,8 @@ def test_generated_schedules_are_valid_and_round_trip(schedule: Schedule) -> Non
 @given(schedule=schedules(world_size=3))
 def test_default_search_draws_only_faults_of_production(schedule: Schedule) -> None:
     """By default no dropped sync, no corruption, and reorders only on every rank at once."""
-    assert {f.kind for f in schedule} <= {"delay", "raise", "oom", "crash", "allocate", "reorder"}
+    production = {"delay", "raise", "oom", "crash", "preempt", "allocate", "reorder"}
+    assert {f.kind for f in schedule} <= production
     assert all(f.rank is None for f in schedule if f.kind == "reorder")
 
 

@@ -36,6 +36,7 @@ ONE_OF_EACH = Schedule(
         Raise(OSError(28, "No space left on device"), site="torch.save"),
         Corrupt(site="lightning.next_batch", value="-inf", step=0),
         Crash(site="lightning.backward", rank=3, step=7, signal=15),
+        chaoslight.Preempt(site="lightning.training_step", rank=1, step=2, after=0.3),
     ],
     memory_budget=MemoryBudget(limit_bytes=2**31, min_tracked_bytes=4096),
 )

@@ -48,6 +48,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "events_dir": check_directory,
     "out": check_output_file,
     "emit_test": check_output_file,
+    "html": check_output_file,
 }
 
 

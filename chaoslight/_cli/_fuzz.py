@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from chaoslight._cli._progress import Display
+from chaoslight._cli._report import show_cause_traceback, show_timeline, traced_timeline
 from chaoslight._schedule import InvalidArgument
 from chaoslight._search import DEFAULT_CHECKS, check, fuzz, replay
 from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._strategies import DEFAULT_KINDS, MODES
+from chaoslight._world import World
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL = 0, 1, 3
 
@@ -43,31 +46,54 @@ def _add_fuzz(commands: Any) -> None:
     _world_options(fuzz_parser, world_size=2, timeout=20.0)
     _search_options(fuzz_parser.add_argument_group("search"))
     out = fuzz_parser.add_argument_group("output")
-    out.add_argument("--out", default="chaoslight-failure.json", help="the failure file to write")
+    out.add_argument(
+        "--out",
+        default="chaoslight-failure.json",
+        metavar="FILE",
+        help="the failure file to write",
+    )
     out.add_argument(
         "--emit-test",
         default=None,
         metavar="PATH",
         help="also write a pytest regression test to PATH (default: none)",
     )
+    out.add_argument(
+        "--no-html",
+        action="store_true",
+        help="skip the failure's timeline (default: the failure is replayed once more with "
+        "tracing; its per-rank table is printed and its page written beside --out, e.g. "
+        "chaoslight-failure.html: one self-contained HTML file, a lane per rank)",
+    )
+    out.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat known issues of the framework (e.g. Lightning's SIGTERM handling) as "
+        "failures (default: reported apart, exit 0)",
+    )
 
 
 def _search_options(search: Any) -> None:
-    search.add_argument("--max-examples", type=int, default=100, help="schedules to try")
+    search.add_argument(
+        "--max-examples", type=int, default=100, metavar="N", help="schedules to try at most"
+    )
     search.add_argument(
         "--faults",
         default=None,
+        metavar="KINDS",
         help=f"comma-separated fault kinds (default: {','.join(DEFAULT_KINDS)})",
     )
     search.add_argument(
         "--sites",
         default=None,
+        metavar="SITES",
         help="comma-separated site names (default: every site each fault kind can fire at)",
     )
     search.add_argument(
         "--steps",
         type=int,
         default=4,
+        metavar="N",
         help="faults target steps 0..STEPS-1 when the baseline run records no reach; "
         "otherwise faults go where the baseline run went, over its whole run (default: 4)",
     )
@@ -86,9 +112,15 @@ def _search_options(search: Any) -> None:
         help="search the I-th of N disjoint parts of the reached fault space (workers "
         "sharing --database; default: all of it)",
     )
-    search.add_argument("--max-faults", type=int, default=3, help="most faults in one schedule")
     search.add_argument(
-        "--seed", type=int, default=None, help="Hypothesis seed (default: a random one)"
+        "--max-faults", type=int, default=3, metavar="N", help="most faults in one schedule"
+    )
+    search.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Hypothesis seed, for a search that repeats exactly (default: a random one)",
     )
     search.add_argument(
         "--mode",
@@ -98,11 +130,16 @@ def _search_options(search: Any) -> None:
         "hard; default: no filter)",
     )
     search.add_argument(
-        "--replays", type=int, default=3, help="replays of a found failure, to tell a flaky one"
+        "--replays",
+        type=int,
+        default=3,
+        metavar="N",
+        help="replays of a found failure, the first in a fresh World, to tell a flaky one",
     )
     search.add_argument(
         "--database",
         default=None,
+        metavar="DIR",
         help="Hypothesis example database folder, made if missing (default: none kept)",
     )
 
@@ -135,28 +172,44 @@ def _add_replay(commands: Any) -> None:
         metavar="NAME",
         help="a check to run instead of the file's (repeatable; default: the file's)",
     )
+    replay_parser.add_argument(
+        "--html",
+        default=None,
+        metavar="OUT",
+        help="write the replay's timeline to OUT: one self-contained HTML page, a lane per "
+        "rank (default: none; the text form is printed for a failure of several ranks)",
+    )
 
 
 def _world_options(parser: argparse.ArgumentParser, world_size: int, timeout: float) -> None:
     parser.add_argument(
-        "--world-size", type=int, default=world_size, help="ranks, each a process on this machine"
+        "--world-size",
+        type=int,
+        default=world_size,
+        metavar="N",
+        help="ranks, each a process on this machine",
     )
     parser.add_argument(
-        "--timeout", type=float, default=timeout, help="seconds a rank may go without progress"
+        "--timeout",
+        type=float,
+        default=timeout,
+        metavar="SECONDS",
+        help="seconds a rank may go without progress before it counts as hung",
     )
     parser.add_argument(
         "--check",
         action="append",
         default=[],
         metavar="NAME",
-        help="add a check to the defaults (repeatable)",
+        help=f"add a check to the defaults ({', '.join(DEFAULT_CHECKS)}); repeatable "
+        "(default: none added)",
     )
     parser.add_argument(
         "--no-check",
         action="append",
         default=[],
         metavar="NAME",
-        help="remove a default check (repeatable)",
+        help="remove a default check; repeatable (default: none removed)",
     )
 
 
@@ -204,6 +257,12 @@ def _kinds(args: argparse.Namespace) -> list[str] | None:
 
 
 def fuzz_command(args: argparse.Namespace) -> int:
+    # One World for the search and the traced replay that draws the timeline.
+    with World(size=args.world_size) as world:
+        return _fuzz(args, world)
+
+
+def _fuzz(args: argparse.Namespace, world: World) -> int:
     console = Console(highlight=False, soft_wrap=True, markup=False)
     result, failure = fuzz(
         args.target,
@@ -221,7 +280,12 @@ def fuzz_command(args: argparse.Namespace) -> int:
         max_time=args.max_time,
         shard=_shard(args.shard),
         display=Display(f"{args.target} (world size {args.world_size})"),
+        world=world,
+        strict=args.strict,
     )
+    for finding in result.known:
+        for line in finding.report():
+            console.print(line)
     if result.status == CLEAN:
         console.print(
             f"chaoslight fuzz: no failure in {result.examples} examples ({result.wall_s:.1f} s)"
@@ -234,6 +298,8 @@ def fuzz_command(args: argparse.Namespace) -> int:
     failure.save(args.out)
     console.print(f"written to {args.out}")
     console.print(f"replay: {replay_command(args.out, failure)}")
+    if not args.no_html:
+        traced_timeline(console, world, failure, args.out)
     if args.emit_test and result.status != INTERNAL:
         emit_test(failure, args.emit_test)
         console.print(f"regression test written to {args.emit_test}")
@@ -299,16 +365,23 @@ def replay_command_main(args: argparse.Namespace) -> int:
         world_size=args.world_size,
         timeout=args.timeout,
         checks=args.check,
+        trace=True,  # one run: the spans cost little, and the text table needs them
     )
     console = Console(highlight=False, soft_wrap=True, markup=False)
-    console.print(outcome.report())
+    state = "INTERNAL ERROR of chaoslight" if verdict.internal else "still fails"
+    state = state if verdict.failed or verdict.internal else "passes"
+    console.print(f"replay: {state} ({outcome.status} in {outcome.wall_s:.2f} s)")
+    if verdict.failed or verdict.internal:
+        console.print(f"failure: {verdict.reason}")
+    console.print("schedule:")
+    for line in (failure.schedule.to_text() or "(empty: no fault)").splitlines():
+        console.print(f"  {line}")
     for line in verdict.notes:
         console.print(f"note: {line}")
+    if verdict.failed or verdict.internal:
+        show_cause_traceback(console, outcome)
+    html = Path(args.html) if args.html else None
+    show_timeline(console, outcome, verdict, html, replay_command(args.file, failure))
     if verdict.internal:
-        console.print(f"replay: INTERNAL ERROR of chaoslight: {verdict.reason}")
         return EXIT_INTERNAL
-    state = "still fails" if verdict.failed else "passes"
-    console.print(
-        f"replay: {state} ({outcome.status})" + (f": {verdict.reason}" if verdict.failed else "")
-    )
     return EXIT_FOUND if verdict.failed else EXIT_CLEAN

@@ -17,8 +17,10 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
-from chaoslight._runtime._events import FIRED, NEVER_FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
 from chaoslight._runtime._memory import MemoryLedger, simulated_oom
+from chaoslight._runtime._notes import note_never_fired
+from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
 from chaoslight._schedule._errors import InvalidSchedule
 from chaoslight._schedule._faults import (
     OOM,
@@ -28,6 +30,7 @@ from chaoslight._schedule._faults import (
     Delay,
     DropSync,
     Fault,
+    Preempt,
     Raise,
     ReorderReduction,
 )
@@ -73,7 +76,7 @@ class Engine:
     ) -> None:
         self.schedule = schedule
         # Observed sites are routed here without faults so a watchdog can see progress.
-        self.armed = schedule.sites | observe
+        self.armed = schedule.sites | observe | ({STEP_SITE} if preempts(schedule) else set())
         self.last_activity = time.monotonic()
         # Per thread, the sites it is inside, by thread ident (a watchdog reads another
         # thread's): a DataLoader worker thread or a user thread calling a site must
@@ -106,6 +109,8 @@ class Engine:
         self._trainer: Any = None
         self._local = _PerThread(self._stacks)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
+        self.notices = Notices(self.record)
+        self.tracer: Any = None  # a _trace.Tracer under inject(trace=True)
 
     # -- context ----------------------------------------------------------------------
     def saw_trainer(self, trainer: Any) -> None:
@@ -165,6 +170,8 @@ class Engine:
         local.stack.append((site, call, step))
         self.last_activity = time.monotonic()  # a watchdog reads these two
         try:
+            if self.tracer is not None:
+                self.tracer.enter(site, rank, step, call)
             if not firing and reorder is None:
                 return wrapped(*args, **kwargs)
             return self._fire(site, rank, step, firing, reorder, wrapped, args, kwargs, behaviour)
@@ -172,6 +179,8 @@ class Engine:
             local.inside.discard(site)
             local.stack.pop()
             self.last_activity = time.monotonic()
+            if self.tracer is not None:
+                self.tracer.exit(site, rank, step, call)
 
     def _count(self, site: str, rank: int, step: int | None) -> int:
         """Count one call of ``site``; its call number on this rank."""
@@ -254,6 +263,8 @@ class Engine:
             # Every event is already flushed to the kernel; the log stays open, so a rank
             # that survives the signal (a SIGTERM handler) keeps recording.
             os.kill(os.getpid(), fault.signal)
+        elif isinstance(fault, Preempt):
+            self.notices.deliver(fault, rank, step)
         return isinstance(fault, DropSync)
 
     def _call_through(
@@ -299,9 +310,9 @@ class Engine:
             self.record(SURFACED, "sync", current_rank(), self.step(), "", detail=str(error)[:80])
             raise error
 
-    def track_allocation(self, tensor: Any) -> None:
-        if not self._local.depth:
-            self.ledger.track(tensor)
+    def is_internal(self) -> bool:
+        """True in a thread that is inside chaoslight's own calls (``internal()``)."""
+        return bool(self._local.depth)
 
     # -- events -----------------------------------------------------------------------
     def record(
@@ -334,29 +345,14 @@ class Engine:
                 detail="a deferred OOM was never surfaced: no sync point was reached",
             )
             self.pending_oom = None
-        self._note_never_fired()
+        self.notices.close()
+        note_never_fired(self)
+        if self._trainer is not None and preempts(self.schedule):
+            note_stop(
+                self.record, current_rank(self.environment_rank), self.steps_seen.get(STEP_SITE)
+            )
         self.ledger.release_all()
         self._close_sink()
-
-    def _note_never_fired(self) -> None:
-        """A NOTE per fault meant for this rank that never fired, saying where its site ran.
-
-        Only from a process that ran a Trainer: a launcher's own process (torchrun's agent,
-        armed by ``chaoslight run`` like every Python process) trains nothing."""
-        if self._trainer is None:
-            return
-        rank = current_rank(self.environment_rank)
-        for index, fault in enumerate(self.schedule.faults):
-            if self.fired[index] or fault.rank not in (None, rank):
-                continue
-            steps = self.steps_seen.get(fault.site)
-            where = (
-                f"{fault.site} was reached on rank {rank} at steps "
-                + ", ".join("None" if s is None else str(s) for s in steps)
-                if steps
-                else f"{fault.site} was never reached on rank {rank}"
-            )
-            self.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
 
     def _close_sink(self) -> None:
         with self._lock:

@@ -10,17 +10,19 @@ from typing import Any
 
 from chaoslight import _sites
 from chaoslight._runtime._context import current_rank
+from chaoslight._runtime._dispatch_budget import stop_watching, watch_allocations
 from chaoslight._runtime._engine import Engine
 from chaoslight._runtime._events import FIRED, Event, render_report, to_jsonl
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
 from chaoslight._runtime._protocol import as_checks, enter_checks, exit_checks, observed_sites
+from chaoslight._runtime._trace import SPAN_KINDS, TRACED_SITES, Tracer
 from chaoslight._schedule._errors import (
     CheckFailed,
     InjectionActive,
     InvalidArgument,
     InvalidSchedule,
 )
-from chaoslight._schedule._faults import OOM, Crash, Fault
+from chaoslight._schedule._faults import OOM, Crash, Fault, Preempt
 from chaoslight._schedule._model import Schedule
 
 _LOCK = threading.Lock()
@@ -50,7 +52,7 @@ def refuse_crashes(schedule: Schedule, allow_crash: Any) -> None:
     """A Crash kills the process it fires in: in-process, the user's pytest session too."""
     if not isinstance(allow_crash, bool):
         raise InvalidArgument(f"allow_crash={allow_crash!r} must be True or False")
-    crash = next((fault for fault in schedule if isinstance(fault, Crash)), None)
+    crash = next((fault for fault in schedule if isinstance(fault, (Crash, Preempt))), None)
     if crash is not None and not allow_crash:
         raise InvalidSchedule(
             f"{crash} would kill this process (the pytest session with it): run crashes "
@@ -72,7 +74,8 @@ class Run:
         return [e for e in self.events if e.kind == FIRED and (site is None or e.site == site)]
 
     def report(self) -> str:
-        return render_report(self.events, self.reached)
+        shown = [e for e in self.events if e.kind not in SPAN_KINDS]  # a trace's spans: thousands
+        return render_report(shown, self.reached)
 
     def to_jsonl(self) -> str:
         return to_jsonl(self.events)
@@ -93,6 +96,7 @@ class Injection:
         judge: bool = True,
         resume_from: str | None = None,
         allow_crash: bool = False,
+        trace: bool = False,
     ) -> None:
         self.schedule = as_schedule(schedule)
         refuse_crashes(self.schedule, allow_crash)
@@ -100,12 +104,16 @@ class Injection:
         self.events_file = events_file
         self.checks = as_checks(checks)
         self.observe = frozenset(observe) | observed_sites(self.checks)
+        self.trace = trace
+        if trace:  # a span for every site call: every site is armed
+            self.observe |= TRACED_SITES
         self.resume_from = resume_from
         self.run = Run(self.schedule)
         self.from_environment = False  # started by CHAOSLIGHT_SCHEDULE, see _autostart
         self._joined = False
         self._engine: Engine | None = None
         self._patches: list[_sites.Patch] = []
+        self._budget_mode: Any = None  # the dispatch mode counting storages, under a budget
 
     def __enter__(self) -> Run:
         global _ACTIVE
@@ -130,15 +138,14 @@ class Injection:
         try:
             self._engine = Engine(self.schedule, self.events_file, self.observe)
             self._engine.resume_from = self.resume_from
+            if self.trace:
+                self._engine.tracer = Tracer(self._engine.record)
             self._engine.callbacks = [o for c in self.checks if (o := c.observer()) is not None]
             deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
-            points = _sites.points_for(
-                self.schedule.sites | self.observe,
-                deferred_oom=deferred,
-                budget=self.schedule.memory_budget is not None,
-            )
+            points = _sites.points_for(self.schedule.sites | self.observe, deferred_oom=deferred)
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
+            self._budget_mode = watch_allocations(self._engine)
             enter_checks(self.checks if self.judge else ())
         except BaseException:
             exit_checks(self.checks if self.judge else ())
@@ -180,6 +187,8 @@ class Injection:
         global _ACTIVE
         _sites.STATE.dispatcher = None
         try:
+            stop_watching(self._budget_mode)
+            self._budget_mode = None
             _sites.uninstall(self._patches)
         finally:
             try:
@@ -206,6 +215,7 @@ def inject(
     judge: bool = True,
     resume_from: str | None = None,
     allow_crash: bool = False,
+    trace: bool = False,
 ) -> Injection:
     """Activate ``schedule`` for the ``with`` block; every patch is undone on exit.
 
@@ -223,9 +233,11 @@ def inject(
     a ``fit`` that passes no ``ckpt_path`` resume from that checkpoint, as a restarted
     job does. A ``Crash`` kills the process it fires in, so a schedule holding one is
     refused (``InvalidSchedule``) unless ``allow_crash=True``: run crashes in a
-    ``chaoslight.World``, whose ranks are processes of their own.
+    ``chaoslight.World``, whose ranks are processes of their own. ``trace=True`` records
+    an ``enter`` and an ``exit`` event around every site call (all sites armed), which
+    the timeline draws as spans; it costs time on every call, so it is off by default.
     """
-    return Injection(schedule, events_file, observe, checks, judge, resume_from, allow_crash)
+    return Injection(schedule, events_file, observe, checks, judge, resume_from, allow_crash, trace)
 
 
 def active() -> Injection | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +45,8 @@ class Hold:
 
 
 class MemoryLedger:
-    """Counts what lives on this rank's simulated device against an optional budget."""
+    """Counts what lives on this rank's simulated device against an optional budget: the
+    ``Allocate`` holds, and the storages ``_dispatch_budget`` sees the user's code make."""
 
     def __init__(self, budget: MemoryBudget | None, rank_of: Any) -> None:
         self.budget = budget
@@ -56,28 +56,24 @@ class MemoryLedger:
         # Tensors are freed (and give their bytes back) in whichever thread drops them.
         self._lock = threading.RLock()
 
-    def charge(self, nbytes: int, cause: str) -> None:
-        """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
+    def reserve(self, nbytes: int) -> tuple[int, int] | None:
+        """Count ``nbytes`` as used; if that would go over, count nothing and return the
+        ``(used, limit)`` that refused it."""
         with self._lock:
             if self.budget is None or self.used + nbytes <= self.budget.limit_bytes:
                 self.used += nbytes
-                return
-            used, limit = self.used, self.budget.limit_bytes
-        raise simulated_oom(nbytes, self._rank_of(), cause, used, limit)
+                return None
+            return self.used, self.budget.limit_bytes
+
+    def charge(self, nbytes: int, cause: str) -> None:
+        """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
+        refused = self.reserve(nbytes)
+        if refused is not None:
+            raise simulated_oom(nbytes, self._rank_of(), cause, *refused)
 
     def give_back(self, nbytes: int) -> None:
         with self._lock:
             self.used -= nbytes
-
-    def track(self, tensor: Any) -> None:
-        """A tensor made by a factory function counts against the budget while it lives."""
-        if self.budget is None:
-            return
-        nbytes = tensor.nbytes
-        if nbytes < self.budget.min_tracked_bytes:
-            return
-        self.charge(nbytes, f"torch factory allocation of {format_bytes(nbytes)}")
-        weakref.finalize(tensor, self.give_back, nbytes)
 
     def allocate(self, nbytes: int, device: Any, release_step: int | None, fault: str) -> None:
         import torch

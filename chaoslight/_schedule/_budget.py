@@ -13,10 +13,13 @@ DEFAULT_MIN_TRACKED_BYTES = 2**20
 class MemoryBudget:
     """A per-rank device-memory limit, so an allocation can run out on a CPU machine.
 
-    Every rank gets ``limit_bytes``. Live ``Allocate`` holds count against it, and so do
-    tensors of at least ``min_tracked_bytes`` made by torch's factory functions
-    (``empty``, ``zeros``, ``ones``, ``rand``, ``randn``, ``full`` and their ``_like``
-    forms) while they live. Going over raises the simulated CUDA OOM on that rank.
+    Every rank gets ``limit_bytes``. Live ``Allocate`` holds count against it, and so does
+    every tensor storage of at least ``min_tracked_bytes`` that the training thread makes
+    while the budget is active, by any op (factories, ``torch.cat``, ``a @ b``,
+    ``torch.tensor``, the backward's gradients), once per storage (views and in-place ops
+    add nothing) and while it lives. Going over raises the simulated CUDA OOM on that rank,
+    naming the rank, step, the user's line, the request, what is used and the limit.
+    ``min_tracked_bytes`` keeps small tensors out of the count (and cheaper to watch).
     """
 
     limit_bytes: int

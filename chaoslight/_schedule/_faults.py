@@ -289,7 +289,42 @@ class Crash(Fault):
         object.__setattr__(self, "signal", int(self.signal))  # signal.SIGTERM -> 15
 
 
+MAX_PREEMPT_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class Preempt(Fault):
+    """A scheduler's preemption notice: SIGTERM to this rank, which goes on running.
+
+    Unlike ``Crash(signal=15)`` the process is not expected to die at once: the handlers
+    the program and Lightning installed run, and the rank's events keep being recorded.
+    ``after`` delivers the signal that many seconds after the trigger, from another
+    thread, as a notice arrives whatever the rank is doing (Python runs the handler when
+    the main thread next runs bytecode: after a collective it is blocked in returns).
+    ``rank=None`` delivers to every rank as it reaches the trigger (a whole job
+    preempted); one rank alone is one node of a multi-node job; two faults at different
+    steps or ``after`` values are the per-rank skew of a real notice. The World starts
+    ranks as torchrun does, so a signal reaches exactly the ranks named (Lightning's own
+    launcher would forward rank 0's to the others). ``inject()`` refuses it in-process
+    unless given ``allow_crash=True``: a SIGTERM the program does not handle ends it.
+    """
+
+    kind: ClassVar[str] = "preempt"
+    after: float = 0.0
+
+    def _validate(self) -> None:
+        s = self.after
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise InvalidArgument(f"after={s!r} must be a finite number of seconds")
+        if not 0 <= s <= MAX_PREEMPT_AFTER_S:
+            raise InvalidArgument(
+                f"after={s} must be between 0 and {MAX_PREEMPT_AFTER_S:g} seconds "
+                "(a notice later than that is a different trigger: use a later step)"
+            )
+        object.__setattr__(self, "after", float(s))
+
+
 FAULT_KINDS: dict[str, type[Fault]] = {
     cls.kind: cls
-    for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash)
+    for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash, Preempt)
 }

@@ -19,7 +19,7 @@ from chaoslight._schedule._textform import (
     schedule_to_text,
     wrap,
 )
-from chaoslight._schedule._validate import read_text_file
+from chaoslight._schedule._validate import MAX_RESTARTS, check_bounded_int, read_text_file
 
 SCHEMA_VERSION = 1
 
@@ -30,13 +30,23 @@ class Schedule:
 
     ``Schedule()`` is valid and injects nothing. ``str(schedule)`` is the text form,
     one fault per line, that reports print and ``Schedule.parse`` reads back.
+
+    ``restarts=N`` (up to ``MAX_RESTARTS``) runs the job again, in the same working
+    directory, after a run that did not pass (crashed, killed, preempted), as a cluster
+    requeues a job; each fault fires in the first run that reaches its trigger, so
+    ``crash@... step=3`` and ``crash@... step=7`` with ``restarts=2`` are two
+    crash-and-restart cycles (text form: a line ``restarts 2``).
     """
 
     faults: tuple[Fault, ...] = ()
     memory_budget: MemoryBudget | None = None
+    restarts: int = 0
 
     def __init__(
-        self, faults: Iterable[Fault] = (), memory_budget: MemoryBudget | None = None
+        self,
+        faults: Iterable[Fault] = (),
+        memory_budget: MemoryBudget | None = None,
+        restarts: int = 0,
     ) -> None:
         if isinstance(faults, Fault):
             faults = (faults,)
@@ -50,6 +60,10 @@ class Schedule:
             raise InvalidSchedule(f"memory_budget={memory_budget!r} must be a MemoryBudget")
         object.__setattr__(self, "faults", items)
         object.__setattr__(self, "memory_budget", memory_budget)
+        why = "each restart is one more whole run of the job"
+        object.__setattr__(
+            self, "restarts", check_bounded_int("restarts", restarts, 0, MAX_RESTARTS, why)
+        )
 
     def __iter__(self) -> Iterator[Fault]:
         return iter(self.faults)
@@ -58,7 +72,7 @@ class Schedule:
         return len(self.faults)
 
     def __bool__(self) -> bool:
-        return bool(self.faults) or self.memory_budget is not None
+        return bool(self.faults) or self.memory_budget is not None or self.restarts > 0
 
     def __str__(self) -> str:
         return self.to_text()
@@ -73,6 +87,8 @@ class Schedule:
             "chaoslight_schedule": SCHEMA_VERSION,
             "faults": [fault_to_dict(f) for f in self.faults],
         }
+        if self.restarts:
+            doc["restarts"] = self.restarts
         if self.memory_budget is not None:
             doc["memory_budget"] = {
                 "limit_bytes": self.memory_budget.limit_bytes,
@@ -93,7 +109,7 @@ class Schedule:
                 f"chaoslight_schedule={version!r} is not a schedule version this chaoslight "
                 f"reads (expected {SCHEMA_VERSION})"
             )
-        unknown = set(doc) - {"chaoslight_schedule", "faults", "memory_budget"}
+        unknown = set(doc) - {"chaoslight_schedule", "faults", "memory_budget", "restarts"}
         if unknown:
             raise InvalidSchedule(f"unknown schedule key {sorted(unknown)[0]!r}")
         raw_faults = doc.get("faults", [])
@@ -105,7 +121,7 @@ class Schedule:
             if not isinstance(budget, dict):
                 raise InvalidSchedule(f"memory_budget={budget!r} must be an object")
             budget = wrap(lambda: MemoryBudget(**budget), "memory_budget")
-        return cls(faults, memory_budget=budget)
+        return cls(faults, memory_budget=budget, restarts=doc.get("restarts", 0))
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:
@@ -120,13 +136,13 @@ class Schedule:
 
     # -- text ---------------------------------------------------------------------------
     def to_text(self) -> str:
-        return schedule_to_text(self.faults, self.memory_budget)
+        return schedule_to_text(self.faults, self.memory_budget, self.restarts)
 
     @classmethod
     def from_text(cls, text: str) -> Schedule:
         _check_str(text)
-        faults, budget = schedule_from_text(text)
-        return cls(faults, memory_budget=budget)
+        faults, budget, restarts = schedule_from_text(text)
+        return cls(faults, memory_budget=budget, restarts=restarts)
 
     @classmethod
     def parse(cls, text: str) -> Schedule:

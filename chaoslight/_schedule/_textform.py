@@ -38,8 +38,12 @@ _UNITS = {
 _SIZE_FIELDS = {"nbytes", "limit_bytes", "min_tracked_bytes"}
 
 
-def schedule_to_text(faults: Sequence[Fault], budget: MemoryBudget | None) -> str:
+def schedule_to_text(
+    faults: Sequence[Fault], budget: MemoryBudget | None, restarts: int = 0
+) -> str:
     lines = [fault_to_text(f) for f in faults]
+    if restarts:
+        lines.insert(0, f"restarts {restarts}")
     if budget is not None:
         line = f"budget limit_bytes={budget.limit_bytes}"
         if (
@@ -131,10 +135,11 @@ def fault_from_text(line: str) -> Fault:
     return make_fault(kind, {"site": site, **_pairs(rest)})
 
 
-def schedule_from_text(text: str) -> tuple[list[Fault], MemoryBudget | None]:
-    """The faults and the budget of a schedule's text form."""
+def schedule_from_text(text: str) -> tuple[list[Fault], MemoryBudget | None, int]:
+    """The faults, the budget and the restarts of a schedule's text form."""
     faults: list[Fault] = []
     budget: MemoryBudget | None = None
+    restarts = 0
     for number, raw_line in enumerate(text.splitlines(), start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
@@ -142,11 +147,20 @@ def schedule_from_text(text: str) -> tuple[list[Fault], MemoryBudget | None]:
         try:
             if line.split()[0] == "budget":
                 budget = _budget(line)
+            elif line.split()[0] == "restarts":
+                restarts = _restarts(line)
             else:
                 faults.append(fault_from_text(line))
         except InvalidSchedule as exc:
             raise InvalidSchedule(f"line {number}: {exc}") from None
-    return faults, budget
+    return faults, budget, restarts
+
+
+def _restarts(line: str) -> int:
+    words = line.split()
+    if len(words) != 2 or not words[1].isdigit():
+        raise InvalidSchedule(f"{line!r} must be 'restarts N', N a whole number of runs")
+    return int(words[1])
 
 
 def _budget(line: str) -> MemoryBudget:

@@ -30,6 +30,7 @@ RUNS_WHY = "each one is a whole training run"
 MAX_STEPS = 10**6
 STEPS_WHY = "faults target steps 0..steps-1 of a test's fit, which is short"
 MAX_FAULTS = 64
+MAX_RESTARTS = 3
 FAULTS_WHY = "each fault in a schedule is one more to shrink and to read"
 
 
@@ -46,6 +47,12 @@ def check_int(name: str, value: Any, minimum: int, allow_none: bool = False) -> 
         if minimum == 0:
             raise InvalidArgument(f"{name}={value} must not be negative{hint}")
         raise InvalidArgument(f"{name}={value} must be at least {minimum}")
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be True or False")
+    return value
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

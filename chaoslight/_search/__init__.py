@@ -8,6 +8,7 @@ wants to know before searching); ``replay`` runs a failure file again.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from chaoslight._schedule import InvalidArgument, Schedule
@@ -16,6 +17,7 @@ from chaoslight._schedule._validate import (
     MAX_FAULTS,
     MAX_REPLAYS,
     MAX_STEPS,
+    check_bool,
     check_bounded_int,
     check_seconds,
 )
@@ -60,6 +62,7 @@ def fuzz(
     shard: tuple[int, int] | None = None,
     display: Any = None,
     world: World | None = None,
+    strict: bool = False,
 ) -> tuple[Result, Failure | None]:
     """Search schedules that make ``target`` fail on a World of ``world_size`` ranks.
 
@@ -72,10 +75,13 @@ def fuzz(
     ``shard=(i, n)`` searches the i-th of n disjoint parts of the reached points, for
     workers sharing a ``database``. ``world`` runs the search on a World you already have
     (its size must be ``world_size``); replays that need a fresh World start their own.
+    A failure Lightning itself causes (``_known.KNOWN_ISSUES``) goes to ``result.known``,
+    once per issue, and the search goes on; ``strict=True`` makes it a failure.
     Returns the campaign's result and, when it found something, the failure to replay.
     """
     job = make_job(target, world_size, timeout, checks)
     _check_budget(max_examples, replays, steps, max_faults, max_time)
+    check_bool("strict", strict)
     if world is not None and world.size != world_size:
         raise InvalidArgument(f"world=World(size={world.size}) is not world_size={world_size}")
 
@@ -110,6 +116,7 @@ def fuzz(
     with job.runner(world) as run, display or Quiet() as shown:
         campaign = Campaign(run, strategy, max_examples, seed, database, key, replays)
         campaign.on_progress, campaign.max_time, campaign.probes = shown.update, max_time, probes
+        campaign.strict = strict
         result = campaign.execute()
     result.coverage = coverage(job.reach, result.tried)
     return result, _failure(job, result)
@@ -160,13 +167,18 @@ def replay(
     world_size: int | None = None,
     timeout: float | None = None,
     checks: Sequence[Any] | None = None,
+    trace: bool = False,
+    world: World | None = None,
 ) -> tuple[Verdict, Outcome]:
-    """Run a failure's schedule once more, in a fresh World, judged as the search judged it."""
+    """Run a failure's schedule once more, in a fresh World (or ``world``), judged as the
+    search judged it; ``trace=True`` records every site call, for ``outcome.to_html()``."""
     job = make_job(
         target or failure.target,
         failure.world_size if world_size is None else world_size,
         timeout or failure.timeout,
         failure.build_checks() if checks is None else checks,
     )
-    with World(size=job.world_size) as world:
-        return job.run(world, failure.schedule)
+    if world is not None and world.size != job.world_size:
+        raise InvalidArgument(f"world=World(size={world.size}) is not world_size={job.world_size}")
+    with World(size=job.world_size) if world is None else nullcontext(world) as running:
+        return job.run(running, failure.schedule, trace=trace)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, event, given, reject, settings, target
@@ -28,6 +28,7 @@ from hypothesis.strategies import SearchStrategy
 
 from chaoslight._schedule import Schedule
 from chaoslight._search._database import known_failures, open_database, remember
+from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
 
@@ -43,7 +44,7 @@ class Progress:
 
     phase: str = "generating"
     examples: int = 0
-    failures: int = 0
+    failures: int = 0  # failures found (1 once one is; shrinking's reruns do not count)
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -65,6 +66,7 @@ class Result:
     wall_s: float = 0.0
     tried: list[Schedule] = field(default_factory=list, repr=False)
     coverage: Any = None  # what the search explored (``_coverage.Coverage``), when known
+    known: list[KnownFinding] = field(default_factory=list)  # framework bugs met, once each
 
     @property
     def minimal(self) -> bool:
@@ -99,6 +101,8 @@ class Campaign:
     probes: Callable[[], list[Schedule]] | None = None  # tried first, after the baseline
     max_shrinks: int = MAX_SHRINK_RUNS
     tried: list[Schedule] = field(default_factory=list, repr=False)
+    strict: bool = False  # a known framework issue is a failure like any other
+    known: dict[str, KnownFinding] = field(default_factory=dict, repr=False)
     _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
     _started: float = field(default_factory=time.monotonic, repr=False)
     _first_failure_at: int | None = field(default=None, repr=False)
@@ -117,9 +121,16 @@ class Campaign:
         found = self._known_failure() or self._probe() or self._search()
         if found is None:
             wall = time.monotonic() - started
-            return Result(CLEAN, examples=self.progress.examples, wall_s=wall, tried=self.tried)
+            return Result(
+                CLEAN,
+                examples=self.progress.examples,
+                wall_s=wall,
+                tried=self.tried,
+                known=list(self.known.values()),
+            )
         if found.verdict.internal:
             return self._finish(INTERNAL, found.schedule, found.verdict, found.outcome, started)
+        self.progress.failures = 1  # found by a probe or the database, or by the search
         self._phase("minimising")
         self._failing[found.schedule.to_text()] = (found.verdict, found.outcome)
         schedule = self._minimise(found.schedule, found.verdict)
@@ -158,6 +169,7 @@ class Campaign:
             self.progress.examples,
             time.monotonic() - started,
             self.tried,
+            known=list(self.known.values()),
         )
 
     def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
@@ -201,7 +213,7 @@ class Campaign:
             if outcome is not None and hasattr(outcome, "wall_s"):
                 target(float(outcome.wall_s), label="seconds the run took")
             if verdict.failed:
-                self.progress.failures += 1
+                self.progress.failures = 1
                 if self._first_failure_at is None:
                     self._first_failure_at = self.progress.examples
                 self._phase("shrinking")
@@ -243,6 +255,13 @@ class Campaign:
     def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
         self.tried.append(schedule)
         verdict, outcome = self.run(schedule, fresh)
+        if verdict.failed and verdict.known is not None and not self.strict:
+            # The framework's bug, not the program's: reported apart, once; the search
+            # goes on as if this run had passed, to find the program's own failures.
+            issue, package, version = verdict.known
+            if issue.key not in self.known:
+                self.known[issue.key] = KnownFinding(issue, package, version, schedule, verdict)
+            verdict = replace(verdict, failed=False)
         self.progress.examples += 1
         self.on_progress(self.progress)
         return verdict, outcome

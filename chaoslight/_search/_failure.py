@@ -16,7 +16,7 @@ from chaoslight._schedule._errors import InvalidSchedule
 from chaoslight._schedule._model import Schedule
 
 # The cheap checks every default search runs: each holds for every correct program under
-# the oracle's rules (docs/oracle.md). A bare schedule file replays with them.
+# the oracle's rules (docs/explanation/oracle.md). A bare schedule file replays with them.
 DEFAULT_CHECKS = ("replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface", "no-hang")
 FAILURE_VERSION = 2  # 2: checks as specs (name, parameters, import path); a status
 

@@ -43,10 +43,10 @@ class Job:
     checks: tuple[Any, ...]
     reach: Reach | None = field(default=None)  # recorded by the first fault-free run
 
-    def run(self, world: World, schedule: Schedule) -> tuple[Verdict, Outcome]:
+    def run(self, world: World, schedule: Schedule, trace: bool = False) -> tuple[Verdict, Outcome]:
         record = self.reach is None and not schedule.faults
         checks = (*self.checks, ReachRecorder()) if record else self.checks
-        outcome = world.run(self.target, schedule, timeout=self.timeout, checks=checks)
+        outcome = world.run(self.target, schedule, timeout=self.timeout, checks=checks, trace=trace)
         if record:
             self.reach = Reach.from_outcome(outcome)
         return judge(outcome), outcome

@@ -1,5 +1,5 @@
 """The fault-aware oracle: judge a run by what a correct program may do under exactly the
-faults that fired. The rules, with their table, are in ``docs/oracle.md``; this module is
+faults that fired. The rules, with their table, are in ``docs/explanation/oracle.md``; this module is
 the only place that applies them.
 
 - Only **benign** faults fired (delays, a reduction reordered identically on every rank):
@@ -16,7 +16,7 @@ the only place that applies them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,14 @@ from chaoslight._schedule import (
     ReorderReduction,
     fault_from_text,
 )
+from chaoslight._search._known import match_known
+from chaoslight._search._preemption import (
+    PREEMPT_RULE,
+    Delivery,
+    by_default_action,
+    deliveries,
+    preemption_finding,
+)
 from chaoslight._world._outcome import CRASHED, FAILED, HUNG, PASSED, RELEASED, cause_first
 
 BENIGN, HARD, DESYNC = "benign", "hard", "desync"
@@ -35,7 +43,7 @@ SEVERITY = (BENIGN, HARD, DESYNC)
 HARD_KINDS = frozenset({"oom", "raise", "crash", "allocate", "preempt"})
 DESYNC_KINDS = frozenset({"drop_sync", "corrupt"})
 
-# Rules, named in verdicts and in docs/oracle.md.
+# Rules, named in verdicts and in docs/explanation/oracle.md.
 NO_FAULT = "no fault fired: the run must pass and every check hold"
 BENIGN_RULE = "only benign faults fired: the run must pass and every check hold"
 FAILED_CLEANLY = "a hard fault fired and every rank ended, the faulted rank by the fault"
@@ -46,7 +54,9 @@ INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 # Functions of chaoslight that raise on purpose (the injected fault, a budget OOM, a hang).
-_DELIBERATE = frozenset({"_fire", "_apply", "sync_point", "charge", "allocate", "_on_signal"})
+_DELIBERATE = frozenset(
+    {"_fire", "_apply", "sync_point", "charge", "_charge", "allocate", "_on_signal"}
+)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
 
@@ -63,6 +73,7 @@ class Verdict:
     internal: bool = False
     never_fired: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # for each fault that never fired: where its site ran
+    known: Any = None  # (KnownIssue, package, version) when the framework caused it
 
     def signature(self) -> tuple[Any, ...]:
         """What must repeat for a failure to count as reproduced (not flaky)."""
@@ -79,10 +90,14 @@ def fault_class(fault: Fault) -> str:
 
 
 def fired_faults(outcome: Any) -> list[tuple[int, Fault]]:
-    """(rank, fault) for every firing in the run's events, in time order."""
+    """(rank, fault) for every firing in the run's events, in time order. A preemption
+    counts once its SIGTERM was delivered (the run may end before a later notice)."""
+    delivered = {(d.rank, d.fault) for d in deliveries(outcome)}
     found = []
     for event in outcome.events:
         if event.kind != FIRED:
+            continue
+        if event.fault.startswith("preempt@") and (event.rank, event.fault) not in delivered:
             continue
         try:
             found.append((event.rank, fault_from_text(event.fault)))
@@ -107,7 +122,7 @@ def never_fired_notes(outcome: Any) -> tuple[str, ...]:
     lines = []
     for fault in never_fired(outcome):
         seen = "; ".join(where.get(fault, [])) or "no rank reported its site"
-        lines.append(f"{fault} never fired: {seen} (docs/schedules.md says what a step is)")
+        lines.append(f"{fault} never fired: {seen} (docs/reference/schedules.md says what a step is)")
     return tuple(lines)
 
 
@@ -132,7 +147,34 @@ def _in_chaoslight(filename: str) -> bool:
 
 
 def judge(outcome: Any) -> Verdict:
-    """The verdict on one outcome: the first rule of ``docs/oracle.md`` that applies."""
+    """The verdict on one outcome: the first rule of ``docs/explanation/oracle.md`` that applies. A
+    schedule with restarts is judged run by run: each by the faults that fired in it
+    (the run after the last fault must pass: the restart must succeed)."""
+    attempts = getattr(outcome, "attempts", ())
+    if not attempts:
+        return _judge_run(outcome)
+    runs = (*attempts, outcome)
+    verdicts = [_judge_run(run) for run in runs]
+    fired_anywhere = {_trigger(e.fault) for run in runs for e in run.events if e.kind == FIRED}
+    unfired = [f for f in verdicts[-1].never_fired if _trigger(f) not in fired_anywhere]
+    common: dict[str, Any] = {
+        "fired": tuple(sorted({item for v in verdicts for item in v.fired})),
+        "never_fired": tuple(unfired),
+        "notes": tuple(n for n in verdicts[-1].notes if n.split(" never fired")[0] in unfired),
+    }
+    for number, verdict in enumerate(verdicts, start=1):
+        if verdict.failed:
+            label = f"run {number} of {len(runs)}" + (" (a restart)" if number > 1 else "")
+            return replace(verdict, reason=f"{label}: {verdict.reason}", **common)
+    return replace(verdicts[-1], **common)
+
+
+def _trigger(text: str) -> str:
+    """A fault's text without its rank and times: a restart splits a fault per rank."""
+    return " ".join(w for w in text.split() if not w.startswith(("rank=", "times=")))
+
+
+def _judge_run(outcome: Any) -> Verdict:
     fired = fired_faults(outcome)
     base = {
         "status": outcome.status,
@@ -149,11 +191,32 @@ def judge(outcome: Any) -> Verdict:
         return _must_pass(outcome, NO_FAULT, base)
     if SEVERITY[worst] == BENIGN:
         return _must_pass(outcome, BENIGN_RULE, base)
+    hard_kinds = {f.kind for _, f in fired if fault_class(f) != BENIGN}
+    if hard_kinds == {"preempt"}:  # a hang after a preemption may be Lightning's own bug
+        return _preempted(outcome, fired, deliveries(outcome), base)
     if outcome.status == HUNG:
         return Verdict(True, cause_first(outcome), rule=HANG_RULE, **base)
     if SEVERITY[worst] == DESYNC:
         return Verdict(False, "", rule=HANG_RULE, **base)
     return _hard(outcome, fired, base)
+
+
+def _preempted(
+    outcome: Any, fired: list[tuple[int, Fault]], delivered: list[Delivery], base: dict[str, Any]
+) -> Verdict:
+    """Every rank stops by itself, in time, at the same step (``_preemption``); a SIGTERM
+    that met no handler ended its rank as a crash does, and is judged as one."""
+    if by_default_action(delivered):
+        if outcome.status == HUNG:
+            return Verdict(True, cause_first(outcome), rule=HANG_RULE, **base)
+        return _hard(outcome, fired, base)
+    finding = preemption_finding(outcome, delivered)
+    if finding is not None:
+        known = match_known(outcome)
+        return Verdict(True, _short(finding, 600), rule=PREEMPT_RULE, known=known, **base)
+    if all(r.status == PASSED for r in outcome.ranks):
+        return _must_pass(outcome, PREEMPT_RULE, base)
+    return Verdict(False, "", rule=PREEMPT_RULE, **base)
 
 
 def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
@@ -202,6 +265,8 @@ def _surfaced(fault: Fault, text: str) -> bool:
     if isinstance(fault, Raise):
         name = fault.exception.split(":")[-1].split(".")[-1]
         return name in text and all(str(arg) in text for arg in fault.args)
+    if fault.kind == "preempt":
+        return "SIGTERMException" in text
     return fault.kind == "crash"
 
 

@@ -22,6 +22,7 @@ from chaoslight._schedule import (
     LIGHTNING_STEPS,
     OOM,
     SITES,
+    Crash,
     Delay,
     Fault,
     InvalidArgument,
@@ -37,6 +38,7 @@ OFF_COLLECTIVES = "off-collectives"
 USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
 PROBE_SECONDS = 1.0  # a straggler long enough to beat the natural margins between ranks
 MAX_PROBES = 32
+MAX_SAVE_CRASHES = 2  # crash-in-save-then-restart probes: each is two whole runs
 PER_BATCH = ("_batch_start", "_batch_end", "_step", "backward", "forward", "zero_grad")
 CORE = frozenset(
     {f"lightning.{name}" for name in LIGHTNING_STEPS}
@@ -103,9 +105,18 @@ class Reach:
         - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``;
         - an OOM in the forward (or the training step) at the first step, on each rank and
           then on every rank at once (the same batch runs out everywhere): the OOM handlers
-          that recover on one rank only, or only when one rank does.
+          that recover on one rank only, or only when one rank does;
+        - a crash inside each ``torch.save``, then a restart: a write that truncates the
+          last good file breaks the restarted job.
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
+        if "crash" in kinds:
+            found += [
+                Schedule([Crash(site=site, rank=rank, step=step)], restarts=1)
+                for site, step in self.points
+                if site == "torch.save"
+                for rank in range(world_size)
+            ][:MAX_SAVE_CRASHES]
         for site, step in self.points:
             for rank in range(world_size):
                 fault = _probe(site, rank, step, self.user, set(kinds))

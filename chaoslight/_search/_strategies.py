@@ -33,25 +33,24 @@ from chaoslight._schedule import (
     Fault,
     InvalidArgument,
     MemoryBudget,
+    Preempt,
     Raise,
     ReorderReduction,
     Schedule,
     suggest,
 )
+from chaoslight._search._kinds import (  # noqa: F401 - re-exported
+    BENIGN_KINDS,
+    DEFAULT_KINDS,
+    HARD_KINDS,
+    IN_PROCESS_KINDS,
+    KILLING_KINDS,
+    KINDS,
+    MODES,
+    _resolve_kinds,
+)
 from chaoslight._search._minimize import DELAY_GRID
 from chaoslight._search._reach import OFF_COLLECTIVES, Reach, Space
-
-# Simplest first: one_of shrinks towards earlier branches.
-KINDS = ("delay", "raise", "oom", "drop_sync", "crash", "allocate", "reorder", "corrupt")
-# What a correct program can meet in production, so what the default search draws: the
-# oracle (docs/oracle.md) knows what a correct program may do under each. A dropped
-# collective on one rank and a corrupted result are not drawn unless asked for: no
-# correct program survives them (they test that a job fails fast instead of hanging).
-DEFAULT_KINDS = ("delay", "raise", "oom", "crash", "allocate", "reorder")
-IN_PROCESS_KINDS = ("delay", "raise", "oom", "allocate")  # a crash would kill this process
-BENIGN_KINDS = ("delay", "reorder", "allocate")  # kept for the deprecated ``mode`` filter
-HARD_KINDS = ("raise", "oom", "drop_sync", "crash")
-MODES = {"survive": BENIGN_KINDS, "fail-cleanly": HARD_KINDS}
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
 DEFAULT_SITES = (
@@ -196,7 +195,7 @@ def reorders(
 
     Shrinks to the first order ("reversed"), step 0. ``rank_divergent=True`` also draws a
     reorder on one rank only, which hands that rank a different sum: no backend does
-    that, so it is a different program, judged as a desync (docs/oracle.md).
+    that, so it is a different program, judged as a desync (docs/explanation/oracle.md).
     """
     orders = st.sampled_from(("reversed", "tree", "chunked", "premultiplied", "compressed"))
     space = _space(world_size, steps, sites, reach)
@@ -242,6 +241,27 @@ def crashes(
     return _kind(Crash, None)(_space(world_size, steps, sites, reach))
 
 
+PREEMPT_AFTER = (0.0, 0.3)  # at the trigger, or a notice that lands mid-step
+
+
+def preemptions(
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
+) -> st.SearchStrategy[Fault]:
+    """SIGTERM as a scheduler sends it: to every rank at a step, or to one rank (one node
+    of a multi-node job); two of them at different steps are a skewed notice.
+
+    Shrinks to every rank at once, at the trigger (``after=0``), step 0.
+    """
+    after = st.sampled_from(PREEMPT_AFTER)
+    one_rank = _kind(Preempt, None, after=after)(_space(world_size, steps, sites, reach))
+    every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
+    return st.one_of(every_rank, one_rank)
+
+
 def corruptions(
     *,
     world_size: int = 2,
@@ -261,6 +281,7 @@ _BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
     "oom": ooms,
     "drop_sync": dropped_syncs,
     "crash": crashes,
+    "preempt": preemptions,
     "allocate": allocations,
     "reorder": reorders,
     "corrupt": corruptions,
@@ -272,42 +293,6 @@ _CAPABILITY = {
     "oom": OFF_COLLECTIVES,
     "raise": OFF_COLLECTIVES,
 }
-
-
-def _resolve_kinds(
-    faults: Iterable[str] | None, mode: str | None, in_process: bool = False
-) -> tuple[str, ...]:
-    if mode is not None and mode not in MODES:
-        raise InvalidArgument(
-            f"mode={mode!r} must be 'survive' or 'fail-cleanly'" + suggest(str(mode), MODES)
-        )
-    if isinstance(faults, str):
-        raise InvalidArgument(f"faults={faults!r} must be a list of fault kinds, e.g. ['oom']")
-    default = IN_PROCESS_KINDS if in_process else DEFAULT_KINDS
-    kinds = tuple(default if faults is None else faults)
-    if in_process and "crash" in kinds:
-        raise InvalidArgument(
-            "faults: 'crash' would kill this process (the pytest session with it): "
-            "search crashes on a chaoslight.World"
-        )
-    for kind in kinds:
-        if kind not in _BUILDERS:
-            raise InvalidArgument(
-                f"faults: {kind!r} is not a fault kind{suggest(str(kind), KINDS)}"
-            )
-    if not kinds:
-        raise InvalidArgument("faults=() must name at least one fault kind")
-    if mode is not None:
-        allowed = MODES[mode]
-        if not set(kinds) & set(allowed):
-            draws = ", ".join(allowed)
-            raise InvalidArgument(
-                f"faults={list(kinds)!r} has no kind that mode={mode!r} draws ({draws})"
-            )
-        kinds = tuple(k for k in (kinds if faults is not None else KINDS) if k in allowed)
-        if in_process:
-            kinds = tuple(k for k in kinds if k != "crash")
-    return tuple(k for k in KINDS if k in kinds)  # simplest first, whatever order given
 
 
 def one_fault(
@@ -351,11 +336,12 @@ def schedules(
 
     By default it draws every fault a correct program can meet in production (delays,
     raised errors, OOMs, crashes, allocations, reorders on every rank); the oracle
-    (``docs/oracle.md``) judges each run by the faults that fired. ``faults=[...]``
+    (``docs/explanation/oracle.md``) judges each run by the faults that fired. ``faults=[...]``
     narrows or widens the kinds (``"drop_sync"``, ``"corrupt"`` are drawn only when
     named). ``reach`` (a run's recorded reach) draws only the (site, step) points that run
     reached, over the whole run, with weight on the user's own hooks; without it, steps
-    are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. ``mode`` is a
+    are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. With crashes
+    or preemptions it also draws one restart (shrinking to none). ``mode`` is a
     deprecated filter of
     kinds: ``"survive"`` keeps delays, reorders and allocations, ``"fail-cleanly"``
     raised errors, OOMs, dropped syncs and crashes.
@@ -370,6 +356,11 @@ def schedules(
         mode=mode,
         in_process=in_process,
     )
-    return st.lists(one, min_size=1, max_size=max_faults).map(
-        lambda items: Schedule(items, memory_budget=memory_budget)
+    # After a crash or a preemption a cluster restarts the job: draw that too.
+    killing = not in_process and bool(set(_resolve_kinds(faults, mode)) & set(KILLING_KINDS))
+    restarts = st.sampled_from((0, 1)) if killing else st.just(0)
+    return st.builds(
+        lambda items, again: Schedule(items, memory_budget=memory_budget, restarts=again),
+        st.lists(one, min_size=1, max_size=max_faults),
+        restarts,
     )

@@ -39,9 +39,7 @@ __all__ = [
 ]
 
 
-def points_for(
-    sites: Iterable[str], deferred_oom: bool = False, budget: bool = False
-) -> list[PatchPoint]:
+def points_for(sites: Iterable[str], deferred_oom: bool = False) -> list[PatchPoint]:
     """The patch points needed for these sites (plus the runtime's own tracking points)."""
     wanted = set(sites)
     unknown = wanted - set(SITES)
@@ -49,12 +47,7 @@ def points_for(
         raise KeyError(sorted(unknown)[0])
     chosen = []
     for point in PATCH_POINTS:
-        if (
-            point.always
-            or point.sites & wanted
-            or (deferred_oom and point.sync_point)
-            or (budget and point.factory)
-        ):
+        if point.always or point.sites & wanted or (deferred_oom and point.sync_point):
             chosen.append(point)
     return chosen
 

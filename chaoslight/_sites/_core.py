@@ -49,8 +49,6 @@ class Dispatcher(Protocol):
 
     def sync_point(self) -> None: ...
 
-    def track_allocation(self, tensor: Any) -> None: ...
-
     def saw_trainer(self, trainer: Any) -> None: ...
 
     def internal(self) -> Any:
@@ -81,7 +79,6 @@ class PatchPoint:
     subclasses: bool = False
     always: bool = False  # installed whenever a schedule is active (trainer tracking)
     sync_point: bool = False  # a deferred OOM surfaces here
-    factory: bool = False  # counts tensors against a MemoryBudget
     notes: dict[str, str] = field(default_factory=dict)
 
     def owners(self) -> Iterator[Any]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint
 from chaoslight._sites._reorder import NATURAL, ordered_sum
+from chaoslight._sites._versions import LightningPoint
 
 SITE = "dist.gradient_allreduce"
 
@@ -99,7 +100,7 @@ def _register_on_setup(
 
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
-    PatchPoint(
+    LightningPoint(
         "lightning:ddp_comm_hook",
         (
             "lightning.pytorch.strategies.ddp:DDPStrategy",

@@ -18,6 +18,7 @@ from chaoslight._schedule._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
 from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
 from chaoslight._sites._patch import Wrapper
 from chaoslight._sites._tensors import poison
+from chaoslight._sites._versions import LightningPoint
 
 FLAVOURS = ("lightning.pytorch", "pytorch_lightning")
 
@@ -61,8 +62,12 @@ STRATEGY_SITES = {name: f"lightning.{name}" for name in LIGHTNING_STEPS} | {
     "backward": "lightning.backward"
 }
 CALLBACK_SITES = {hook: f"lightning.{hook}" for hook in CALLBACK_HOOKS}
+# Callbacks get on_save/on_load_checkpoint through _call_callbacks_on_*_checkpoint, not
+# _call_callback_hooks: the module's call is the one dispatcher that names them.
 MODULE_SITES = {hook: f"lightning.{hook}" for hook in MODULE_ONLY_HOOKS} | {
-    "optimizer_step": "lightning.optimizer_step"
+    "optimizer_step": "lightning.optimizer_step",
+    "on_save_checkpoint": "lightning.on_save_checkpoint",
+    "on_load_checkpoint": "lightning.on_load_checkpoint",
 }
 
 
@@ -150,35 +155,35 @@ def _paths(suffix: str) -> tuple[str, ...]:
 
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
-    PatchPoint(
+    LightningPoint(
         "lightning:trainer",
         _paths("trainer.call"),
         "_call_and_handle_interrupt",
         _trainer_tracker,
         always=True,
     ),
-    PatchPoint(
+    LightningPoint(
         "lightning:strategy_hooks",
         _paths("trainer.call"),
         "_call_strategy_hook",
         _dispatcher_wrapper(STRATEGY_SITES, RESULT_BEHAVIOUR),
         sites=frozenset(STRATEGY_SITES.values()),
     ),
-    PatchPoint(
+    LightningPoint(
         "lightning:callback_hooks",
         _paths("trainer.call"),
         "_call_callback_hooks",
         _dispatcher_wrapper(CALLBACK_SITES, Behaviour()),
         sites=frozenset(CALLBACK_SITES.values()),
     ),
-    PatchPoint(
+    LightningPoint(
         "lightning:module_hooks",
         _paths("trainer.call"),
         "_call_lightning_module_hook",
         _dispatcher_wrapper(MODULE_SITES, Behaviour()),
         sites=frozenset(MODULE_SITES.values()),
     ),
-    PatchPoint(
+    LightningPoint(
         # nn.Module.__call__ is looked up on the type; defining it on LightningModule
         # catches self(x) on every user subclass without touching other modules.
         "lightning:forward",
@@ -187,7 +192,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         _forward_wrapper,
         sites=frozenset({"lightning.forward"}),
     ),
-    PatchPoint(
+    LightningPoint(
         "lightning:save_checkpoint",
         _paths("strategies.strategy:Strategy"),
         "save_checkpoint",
@@ -195,7 +200,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         sites=frozenset({"lightning.save_checkpoint"}),
         subclasses=True,
     ),
-    PatchPoint(
+    LightningPoint(
         "lightning:load_checkpoint",
         _paths("strategies.strategy:Strategy"),
         "load_checkpoint",
@@ -203,7 +208,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         sites=frozenset({"lightning.load_checkpoint"}),
         subclasses=True,
     ),
-    PatchPoint(
+    LightningPoint(
         # The prefetching fetcher calls super().__next__(), so only the base is wrapped:
         # the site fires once per batch pulled from the dataloader.
         "lightning:next_batch",

@@ -1,8 +1,10 @@
-"""torch patch points: collectives, cuda.synchronize, save/load, sync points, factories.
+"""torch patch points: collectives, cuda.synchronize, save/load, sync points.
 
 Collectives are wrapped both as ``torch.distributed.X`` (how Lightning calls them) and
 as the module globals of ``torch.distributed.distributed_c10d`` (how torch's own object
 collectives call them: ``broadcast_object_list`` calls the global ``broadcast``).
+A ``MemoryBudget`` needs no patch point here: ``_runtime/_dispatch_budget`` sees every
+allocation through a torch dispatch mode.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from chaoslight._sites._core import STATE, Behaviour, Call, DroppedWork, PatchPo
 from chaoslight._sites._tensors import poison, poison_in_place
 
 DIST_OWNERS = ("torch.distributed", "torch.distributed.distributed_c10d")
-FACTORIES = ("empty", "zeros", "ones", "rand", "randn", "full")
 
 
 def _skip_collective(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -81,15 +82,6 @@ def _synced_site_wrapper(site: str, behaviour: Behaviour) -> Any:
     return wrapper
 
 
-def _factory(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    __tracebackhide__ = True
-    tensor = wrapped(*args, **kwargs)
-    dispatcher = STATE.dispatcher
-    if dispatcher is not None:
-        dispatcher.track_allocation(tensor)
-    return tensor
-
-
 def _collective_points() -> tuple[PatchPoint, ...]:
     points = []
     for name in COLLECTIVES:
@@ -142,9 +134,4 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     ),
     PatchPoint("torch:item", ("torch:Tensor",), "item", _sync_point, sync_point=True),
     PatchPoint("torch:tolist", ("torch:Tensor",), "tolist", _sync_point, sync_point=True),
-    *(
-        PatchPoint(f"torch:{name}", ("torch",), name, _factory, factory=True)
-        for base in FACTORIES
-        for name in (base, f"{base}_like")
-    ),
 )

@@ -8,13 +8,18 @@ is ``released``: it was let go, it is not the cause.
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from chaoslight._runtime._events import Event
 from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight._runtime._trace import SPAN_KINDS
 from chaoslight._schedule._model import Schedule
+from chaoslight._world._timeline import Header, RankEnd, Timeline, build, render_text
+from chaoslight._world._timeline_html import render_html
 
 PASSED, FAILED, HUNG, CRASHED, RELEASED = "passed", "failed", "hung", "crashed", "released"
 STATUSES = (PASSED, FAILED, HUNG, CRASHED)
@@ -91,6 +96,7 @@ class Outcome:
     target: str = ""
     timeout: float = 0.0
     violations: tuple[Any, ...] = ()  # what the checks found; any makes a pass "failed"
+    attempts: tuple[Outcome, ...] = ()  # earlier runs of a schedule with restarts, in order
 
     @property
     def passed(self) -> bool:
@@ -109,20 +115,60 @@ class Outcome:
 
     def report(self) -> str:
         """The summary, each rank's exception or stack, and the event log (observations,
-        which checks record in bulk, are counted, not printed: they stay in the log files)."""
+        which checks record in bulk, and a trace's spans are counted, not printed: they
+        stay in the log files and the timeline)."""
         out = [f"chaoslight World: {self.target} {self.summary()}"]
         for result in ordered_by_cause(self.ranks):
             out.append(f"  rank {result.rank}: {result.status}")
             if result.exception is not None and result.exception.traceback:
                 out += ["    " + line for line in result.exception.traceback.rstrip().splitlines()]
-        shown = [e for e in self.events if e.kind != OBSERVATION]
+        shown = [e for e in self.events if e.kind != OBSERVATION and e.kind not in SPAN_KINDS]
         out += ["  " + event.line() for event in shown]
         if len(shown) < len(self.events):
-            out.append(f"  ({len(self.events) - len(shown)} check observations not shown)")
+            hidden = len(self.events) - len(shown)
+            out.append(f"  ({hidden} check observations and spans not shown)")
         return "\n".join(out)
+
+    def timeline(self, verdict_text: str | None = None, replay_command: str = "") -> Timeline:
+        """The per-rank timeline of this example (``_world/_timeline.py``)."""
+        failing = any(r.status != PASSED for r in self.ranks)
+        header = Header(
+            self.target,
+            self.status,
+            verdict_text or self.summary(),
+            cause_first(self) if failing else "",
+            self.schedule.to_text(),
+            replay_command,
+            self.wall_s,
+        )
+        return build(header, self.events, [rank_end(r) for r in self.ranks])
+
+    def timeline_text(self) -> str:
+        """The timeline as a compact table, one column per rank (terminals, CI logs)."""
+        return render_text(self.timeline())
+
+    def to_html(
+        self,
+        path: str | os.PathLike[str],
+        verdict_text: str | None = None,
+        replay_command: str | None = None,
+    ) -> Path:
+        """Write the timeline as one self-contained HTML page (inline SVG and CSS, nothing
+        fetched); returns its path. Spans show when the run was traced
+        (``World.run(..., trace=True)``); otherwise faults and each rank's end."""
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        page = render_html(self.timeline(verdict_text, replay_command or ""))
+        out.write_text(page, encoding="utf-8")
+        return out
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        # Short: pytest prints the repr of an outcome in a failed assert, and the ranks'
+        # tracebacks, stacks and output would fill the screen.
+        return f"<Outcome {self.summary()[:300]}>"
 
 
 def ordered_by_cause(ranks: tuple[RankResult, ...]) -> list[RankResult]:
@@ -146,6 +192,27 @@ def cause_first(outcome: Outcome, skip_rank: int | None = None) -> str:
         line = result.evidence or describe(result)
         parts.append(f"consequence: {line}" if result.status == RELEASED else line)
     return "; ".join(parts)
+
+
+def rank_end(result: RankResult) -> RankEnd:
+    """How a rank's lane of the timeline ends: a short label and the evidence line."""
+    exc = result.exception
+    short = {
+        PASSED: "returned",
+        FAILED: f"raised {exc.type if exc else '?'}",
+        RELEASED: f"released ({exc.type if exc else '?'})",
+        HUNG: "hung",
+    }.get(result.status, "crashed")
+    if result.status == CRASHED:
+        short = (
+            f"crashed: {signal_name(result.signal)}"
+            if result.signal
+            else f"crashed: exit {result.exitcode}"
+        )
+    text = exc.traceback if exc is not None and exc.traceback else ""
+    if result.stacks:
+        text += ("\n" if text else "") + result.stacks
+    return RankEnd(result.rank, result.status, short, result.evidence or describe(result), text)
 
 
 def signal_name(number: int) -> str:

@@ -23,6 +23,8 @@ from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
 from chaoslight._world._outcome import Outcome, overall
+from chaoslight._world._pump import Lost, Messages, pump
+from chaoslight._world._restart import run_with_restarts
 from chaoslight._world._slot import (
     Slot,
     shutdown,
@@ -35,14 +37,6 @@ from chaoslight._world._target import Target, parse_target
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0  # importing torch and Lightning in every rank at once
 INIT_TIMEOUT_S = 60.0
-
-
-class _Lost(Exception):
-    """A worker's pipe closed while the World was waiting for it."""
-
-    def __init__(self, slot: Slot) -> None:
-        super().__init__(f"rank {slot.rank}")
-        self.slot = slot
 
 
 class World:
@@ -151,12 +145,14 @@ class World:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         checks: Iterable[Any] = (),
+        trace: bool = False,
     ) -> Outcome:
         """Run ``target`` once in every rank under ``schedule``; see the class docstring.
 
         ``checks`` (``chaoslight.checks``) observe every rank and are judged here over all
         ranks' observations; a violation makes a passing example ``failed``. A check
-        that compares runs (``Deterministic``) has the example run again.
+        that compares runs (``Deterministic``) has the example run again. ``trace=True``
+        records a span per site call in every rank, for ``outcome.to_html()`` (it costs).
         """
         self._check_open()
         spec = parse_target(target)
@@ -169,7 +165,16 @@ class World:
         try:
             self._prepare(timeout)
             self._resolve(spec)
-            outcome = self._example(spec, plan, timeout, blob)
+            if plan.restarts:
+
+                def one_run(schedule: Schedule, work: Path) -> Outcome:
+                    self._prepare(timeout)  # a crash in the last run replaced workers
+                    self._resolve(spec)
+                    return self._example(spec, schedule, timeout, blob, work, trace=trace)
+
+                outcome = run_with_restarts(one_run, plan, self._root, self.size)
+            else:
+                outcome = self._example(spec, plan, timeout, blob, trace=trace)
 
             def rerun(
                 schedule: Schedule | None = None,
@@ -250,22 +255,8 @@ class World:
     def _live(self) -> list[Slot]:
         return [slot for slot in self._slots if slot is not None]
 
-    def _pump(self, deadline: float) -> list[tuple[Slot, dict[str, Any] | None]]:
-        """Messages that arrive before ``deadline``; ``None`` for a pipe that closed."""
-        out: list[tuple[Slot, dict[str, Any] | None]] = []
-        for key, _ in self._selector.select(max(0.0, deadline - time.monotonic())):
-            slot: Slot = key.data
-            messages, eof = slot.read()
-            for msg in messages:
-                if msg.get("op") == "ready":
-                    slot.ready = True
-                else:
-                    out.append((slot, msg))
-            if eof:
-                self._selector.unregister(slot.msgs)
-                slot.dead = True
-                out.append((slot, None))
-        return out
+    def _pump(self, deadline: float) -> Messages:
+        return pump(self._selector, deadline)
 
     def _prepare(self, timeout: float) -> None:
         self._spawn_missing()
@@ -288,7 +279,7 @@ class World:
             try:
                 self._try_init(timeout)
                 return
-            except _Lost as lost:
+            except Lost as lost:
                 if attempt:
                     raise startup_failure(lost.slot) from None
                 self._abandon()  # the others may wait in the rendezvous: start afresh
@@ -329,7 +320,7 @@ class World:
                 if slot not in slots:
                     continue
                 if msg is None:
-                    raise _Lost(slot)
+                    raise Lost(slot)
                 if msg.get("op") in ops and all(msg.get(k) == v for k, v in match.items()):
                     got[slot.rank] = msg
         return dict(sorted(got.items()))
@@ -346,7 +337,7 @@ class World:
         deadline = time.monotonic() + self.start_timeout
         try:
             replies = self._replies(slots, ("resolved",), deadline, id=self._count)
-        except _Lost as lost:
+        except Lost as lost:
             raise startup_failure(lost.slot) from None
         for reply in replies.values():
             if not reply["ok"]:
@@ -363,6 +354,7 @@ class World:
         checks: str | None = None,
         workdir: Path | None = None,
         resume_from: str | None = None,
+        trace: bool = False,
     ) -> Outcome:
         """One example; ``workdir`` (kept afterwards) and ``resume_from`` serve a restart."""
         self._count += 1
@@ -384,6 +376,7 @@ class World:
                 events=str(example.events_path(slot.rank)),
                 checks=checks,
                 resume_from=resume_from,
+                trace=trace,
             )
         example.collect()
         ranks, events = example.results()

@@ -299,6 +299,7 @@ class Worker:
                     judge=False,
                     resume_from=msg.get("resume_from"),
                     allow_crash=True,  # a rank is a process of its own: a crash kills only it
+                    trace=bool(msg.get("trace")),
                 ),
                 self.dog.watching(float(msg["timeout"])),
             ):

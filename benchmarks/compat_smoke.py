@@ -1,0 +1,301 @@
+"""The smoke steps of ``benchmarks/compat.py``, run inside a venv with one Lightning.
+
+    python benchmarks/compat_smoke.py FLAVOUR     # pytorch_lightning or lightning.pytorch
+
+Runs every step of ``STEPS`` in order against the Lightning flavour given and prints one
+JSON line for the release, then one per step (``{"step", "ok", "detail", "seconds"}``); a
+failed step is reported and the next one runs. Exit status 1 when a step failed. The
+World targets below (``target_*``) are what its ranks run; they build their Trainer in the
+flavour named by ``COMPAT_LIGHTNING_FLAVOUR``, which this sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+THIS = Path(__file__).resolve()
+# Not CHAOSLIGHT_*: the World keeps chaoslight's own variables from its ranks.
+FLAVOUR_VARIABLE = "COMPAT_LIGHTNING_FLAVOUR"
+WORLD_TIMEOUT_S = 30.0
+EXIT_FAILED = 1
+
+
+def _pl() -> Any:
+    return importlib.import_module(os.environ.get(FLAVOUR_VARIABLE, "lightning.pytorch"))
+
+
+@functools.cache
+def _model_class() -> type:
+    import torch
+
+    class Tiny(_pl().LightningModule):  # type: ignore[misc]
+        """One linear layer with every step, and the hooks Lightning calls only when overridden."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = torch.nn.Linear(4, 1)
+            self.first_step: int | None = None
+
+        def forward(self, x: Any) -> Any:
+            return self.layer(x)
+
+        def _loss(self, batch: Any) -> Any:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self(x), y)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if self.first_step is None:
+                self.first_step = int(self.trainer.global_step)
+            return self._loss(batch)
+
+        def validation_step(self, batch: Any, batch_idx: int) -> Any:
+            return self._loss(batch)
+
+        def test_step(self, batch: Any, batch_idx: int) -> Any:
+            return self._loss(batch)
+
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return self(batch[0])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def configure_model(self) -> None:
+            pass
+
+        def on_validation_model_train(self) -> None:
+            self.trainer.model.train()
+
+        def on_test_model_train(self) -> None:
+            self.trainer.model.train()
+
+    return Tiny
+
+
+def _loader() -> Any:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=generator), torch.randn(32, 1, generator=generator)
+    return DataLoader(TensorDataset(x, y), batch_size=4)
+
+
+def _trainer(**options: Any) -> Any:
+    ddp = "WORLD_SIZE" in os.environ
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": int(os.environ["WORLD_SIZE"]) if ddp else 1,
+        "strategy": "ddp" if ddp else "auto",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 0,
+        "default_root_dir": os.getcwd(),
+    }
+    return _pl().Trainer(**(settings | options))
+
+
+class Planned(Exception):
+    """Raised on purpose, on every rank, so Lightning runs its on_exception hooks."""
+
+
+def target_sites() -> None:
+    """Fit with validation, save, resume, test, predict, then a fit that raises."""
+    model = _model_class()()
+    trainer = _trainer(
+        max_steps=2, val_check_interval=1, limit_val_batches=1, num_sanity_val_steps=1
+    )
+    trainer.fit(model, _loader(), _loader())
+    trainer.save_checkpoint("smoke.ckpt")
+    resumed = _trainer(max_steps=3)
+    resumed.fit(model, _loader(), ckpt_path="smoke.ckpt")
+    resumed.test(model, _loader())
+    resumed.predict(model, _loader())
+
+    class Boom(_pl().Callback):  # type: ignore[misc]
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            raise Planned("raised on purpose")
+
+    with contextlib.suppress(Planned):  # last: Lightning tears the fit down after it
+        _trainer(max_steps=1, callbacks=[Boom()]).fit(model, _loader())
+
+
+def target_plain() -> None:
+    """A correct 4-step DDP fit."""
+    _trainer(max_steps=4).fit(_model_class()(), _loader())
+
+
+def target_checkpointed() -> None:
+    """A correct program that checkpoints every epoch (Lightning's default ModelCheckpoint)."""
+    trainer = _trainer(max_steps=-1, max_epochs=3, enable_checkpointing=True)
+    trainer.fit(_model_class()(), _loader())
+
+
+class Smoke:
+    """What the steps share: the flavour under test and one lazily started 2-rank World."""
+
+    def __init__(self, flavour: str) -> None:
+        self.flavour = flavour
+        self._world: Any = None
+
+    def world(self) -> Any:
+        if self._world is None:
+            import chaoslight
+
+            self._world = chaoslight.World(size=2, preload=(self.flavour,), spares=0)
+        return self._world
+
+    def run(self, target: str, schedule: Any = None, **options: Any) -> Any:
+        options.setdefault("timeout", WORLD_TIMEOUT_S)
+        return self.world().run(f"{THIS}:{target}", schedule, **options)
+
+    def close(self) -> None:
+        if self._world is not None:
+            self._world.close()
+
+
+def _expect(condition: bool, reason: str) -> None:
+    if not condition:
+        raise AssertionError(reason)
+
+
+def step_sites(smoke: Smoke) -> None:
+    """Every Lightning and DDP site of ``chaoslight.sites()`` fires in a 2-rank fit."""
+    import chaoslight
+
+    wanted = sorted(s for s in chaoslight.sites() if s.startswith(("lightning.", "dist.grad")))
+    schedule = chaoslight.Schedule([chaoslight.Delay(0, site=s, times=1) for s in wanted])
+    outcome = smoke.run("target_sites", schedule)
+    _expect(outcome.passed, f"the fit did not pass: {outcome.summary()}")
+    fired = {(e.site, e.rank) for e in outcome.events if e.kind == "fired"}
+    silent = [s for s in wanted if {(s, 0), (s, 1)} - fired]
+    _expect(not silent, f"{len(silent)} of {len(wanted)} sites never fired: {', '.join(silent)}")
+
+
+def step_restore(smoke: Smoke) -> None:
+    """Inside inject() every patch point is wrapped; after it, every original is back."""
+    import chaoslight
+    from chaoslight import _sites
+
+    def attributes() -> dict[tuple[int, str], Any]:
+        return {
+            (id(owner), point.attribute): vars(owner).get(point.attribute, _sites.MISSING)
+            for point in _sites.PATCH_POINTS
+            for owner in point.owners()
+        }
+
+    before = attributes()
+    never = 10**9
+    faults: list[Any] = [chaoslight.Delay(0, site=s, step=never) for s in chaoslight.sites()]
+    # A deferred OOM also arms the sync points (Tensor.item, ...), which name no site.
+    faults.append(chaoslight.OOM(site="torch.save", deferred=True, step=never))
+    schedule = chaoslight.Schedule(faults)
+    with chaoslight.inject(schedule):
+        inside = attributes()
+        _trainer(max_steps=2).fit(_model_class()(), _loader())
+    after = attributes()
+    unwrapped = [key for key in before if inside[key] is before[key]]
+    _expect(not unwrapped, f"{len(unwrapped)} patch points were not wrapped inside inject()")
+    left = [key for key in before if after.get(key) is not before[key]]
+    _expect(not left, f"{len(left)} patched attributes were not restored after inject()")
+
+
+def step_world(smoke: Smoke) -> None:
+    """A World runs a correct fit (default checks pass) and judges an OOM on rank 1."""
+    import chaoslight
+    from chaoslight._search._failure import DEFAULT_CHECKS
+
+    plain = smoke.run("target_plain", checks=list(DEFAULT_CHECKS))
+    _expect(plain.passed, f"a correct fit did not pass: {plain.summary()}")
+    oom = chaoslight.Schedule([chaoslight.OOM(site="lightning.forward", rank=1, step=1)])
+    verdict = chaoslight.judge(smoke.run("target_plain", oom))
+    _expect(verdict.fired != (), "the OOM never fired")
+    _expect(not verdict.failed, f"the oracle judged a correct program a failure: {verdict.reason}")
+
+
+def step_resume(smoke: Smoke) -> None:
+    """``inject(resume_from=...)`` makes a fit resume, and ResumeEquivalence passes in a World."""
+    import chaoslight
+    from chaoslight.checks import ResumeEquivalence
+
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = os.path.join(scratch, "two.ckpt")
+        first = _trainer(max_steps=2)
+        first.fit(_model_class()(), _loader())
+        first.save_checkpoint(checkpoint)
+        model = _model_class()()
+        with chaoslight.inject(resume_from=checkpoint):
+            _trainer(max_steps=4).fit(model, _loader())
+    _expect(model.first_step == 2, f"the fit started at step {model.first_step}, not 2")
+    outcome = smoke.run("target_checkpointed", checks=[ResumeEquivalence()])
+    _expect(outcome.passed, f"crash and restart: {outcome.summary()}")
+
+
+def step_crash(smoke: Smoke) -> None:
+    """``Crash(signal=9)`` kills rank 1; the World says crashed and the oracle passes it."""
+    import chaoslight
+
+    crash = chaoslight.Crash(site="lightning.training_step", rank=1, step=1, signal=9)
+    outcome = smoke.run("target_plain", chaoslight.Schedule([crash]))
+    _expect(outcome.status == "crashed", f"status {outcome.status}, not crashed")
+    verdict = chaoslight.judge(outcome)
+    _expect(not verdict.failed, f"the oracle judged a correct program a failure: {verdict.reason}")
+
+
+# The smoke steps, in order: one more is one more entry (a name and a function of a Smoke).
+STEPS: list[tuple[str, Callable[[Smoke], None]]] = [
+    ("restore", step_restore),
+    ("sites", step_sites),
+    ("world", step_world),
+    ("resume", step_resume),
+    ("crash", step_crash),
+]
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def main(flavour: str) -> int:
+    """Run every step in this interpreter; one JSON line per step on stdout."""
+    os.environ[FLAVOUR_VARIABLE] = flavour
+    import torch
+
+    module = importlib.import_module(flavour)
+    header = {"flavour": flavour, "version": module.__version__, "torch": torch.__version__}
+    print(json.dumps(header), flush=True)
+    smoke = Smoke(flavour)
+    failed = False
+    try:
+        for name, step in STEPS:
+            start = time.monotonic()
+            try:
+                step(smoke)
+                detail = ""
+            except Exception as exc:  # a failed step is a table cell, not the end of the run
+                detail = f"{type(exc).__name__}: {_first_line(str(exc))}"
+            failed = failed or bool(detail)
+            line = {"step": name, "ok": not detail, "detail": detail}
+            print(json.dumps(line | {"seconds": round(time.monotonic() - start, 1)}), flush=True)
+    finally:
+        smoke.close()
+    return EXIT_FAILED if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else "usage: compat_smoke.py FLAVOUR")

@@ -1,0 +1,29 @@
+"""Notes an engine leaves in the event log when it closes: faults that never fired."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoslight._runtime._context import current_rank
+from chaoslight._runtime._events import NEVER_FIRED
+
+
+def note_never_fired(engine: Any) -> None:
+    """A NOTE per fault meant for this rank that never fired, saying where its site ran.
+
+    Only from a process that ran a Trainer: a launcher's own process (torchrun's agent,
+    armed by ``chaoslight run`` like every Python process) trains nothing."""
+    if engine._trainer is None:
+        return
+    rank = current_rank(engine.environment_rank)
+    for index, fault in enumerate(engine.schedule.faults):
+        if engine.fired[index] or fault.rank not in (None, rank):
+            continue
+        steps = engine.steps_seen.get(fault.site)
+        where = (
+            f"{fault.site} was reached on rank {rank} at steps "
+            + ", ".join("None" if s is None else str(s) for s in steps)
+            if steps
+            else f"{fault.site} was never reached on rank {rank}"
+        )
+        engine.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)

@@ -1,0 +1,103 @@
+"""Preemption notices: SIGTERM delivered to a rank that is expected to go on running.
+
+A ``Preempt`` fault sends SIGTERM to its own process, at the trigger or ``after``
+seconds later from a timer thread. What happens next is the program's business: its
+handler, Lightning's, or the default action that ends the process. Each delivery is
+recorded with **who handled it** (the oracle needs it: a hang after Lightning's handler
+ran is Lightning's known issue, after the program's own handler it is the program's),
+and when the rank ends, the last training step it ran (every rank of a correct program
+stops at the same one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from chaoslight._runtime._events import NOTE
+from chaoslight._schedule._faults import Preempt
+
+# Detail prefixes the oracle reads back from the event log.
+DELIVERED = "SIGTERM delivered"
+STOPPED = "last training step"
+STEP_SITE = "lightning.training_step"  # armed while a schedule preempts: where ranks stop
+
+# Who handled a delivery, as the delivery note names it.
+LIGHTNING, PROGRAM, DEFAULT, IGNORED = "lightning", "the program", "the default action", "ignored"
+
+Record = Callable[..., Any]
+
+
+def handler_owner(handler: Any) -> str:
+    """Who owns the installed SIGTERM handler: Lightning (with its package and version,
+    e.g. ``lightning (pytorch-lightning 2.6.6)``), the program, or nobody."""
+    if handler in (signal.SIG_DFL, None):
+        return DEFAULT
+    if handler == signal.SIG_IGN:
+        return IGNORED
+    module = getattr(type(handler), "__module__", "") or ""
+    if "signal_connector" in module:  # pytorch_lightning's or lightning.pytorch's
+        root = module.split(".")[0]
+        version = getattr(sys.modules.get(root), "__version__", "?")
+        package = "pytorch-lightning" if root == "pytorch_lightning" else root
+        return f"{LIGHTNING} ({package} {version})"
+    return PROGRAM
+
+
+def preempts(faults: Any) -> bool:
+    return any(isinstance(fault, Preempt) for fault in faults)
+
+
+class Notices:
+    """The SIGTERMs one engine delivers; timers not yet due are cancelled at close, so a
+    notice meant for one example never reaches the worker between examples."""
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+        self._lock = threading.RLock()  # a handler may reach another Preempt's site
+        self._timers: list[threading.Timer] = []
+        self._open = True
+
+    def deliver(self, fault: Preempt, rank: int, step: int | None) -> None:
+        if fault.after <= 0:
+            self._send(fault, rank, step)
+            return
+        timer = threading.Timer(fault.after, self._send, (fault, rank, step))
+        timer.daemon = True
+        timer.name = "chaoslight-preempt"
+        with self._lock:
+            self._timers.append(timer)
+        timer.start()
+
+    def _send(self, fault: Preempt, rank: int, step: int | None) -> None:
+        with self._lock:  # close() waits for a delivery under way, then none can start
+            if not self._open:
+                return
+            owner = handler_owner(signal.getsignal(signal.SIGTERM))
+            self._record(
+                NOTE,
+                fault.site,
+                rank,
+                step,
+                str(fault),
+                detail=f"{DELIVERED} to rank {rank} at step {step}; handled by {owner}",
+            )
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
+
+
+def note_stop(record: Record, rank: int, steps: list[int | None] | None) -> None:
+    """The last training step this rank ran: where a preempted rank stopped."""
+    ran = [s for s in steps or () if s is not None]
+    last = max(ran) if ran else None
+    record(NOTE, STEP_SITE, rank, last, "", detail=f"{STOPPED} {last}")

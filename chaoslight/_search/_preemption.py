@@ -1,0 +1,100 @@
+"""The oracle's rule for a preemption (``docs/explanation/oracle.md``).
+
+A scheduler's SIGTERM is a notice, not a kill: every rank of a correct program stops
+**by itself**, within the timeout, **at the same step** -- it raises Lightning's
+``SIGTERMException``, or saves and returns from ``fit``. None hangs, none is left in a
+collective its peers never enter, none ends with a transport error because a peer left
+(on gloo a peer that exits shows as a ``RuntimeError``; on NCCL the same program hangs).
+
+A SIGTERM that reached a rank with no handler installed (before ``fit`` installs
+Lightning's, or after it restores the old ones) ended it by the default action, as a
+crash does: that run is judged by the crash rule (every rank ends in time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chaoslight._runtime import NOTE
+from chaoslight._runtime._preempt import DEFAULT, DELIVERED, LIGHTNING, STOPPED
+from chaoslight._world._outcome import FAILED, HUNG, PASSED, RELEASED, cause_first
+
+PREEMPT_RULE = (
+    "a preemption (SIGTERM) was delivered: every rank stops by itself, in time, at the same step"
+)
+NCCL_NOTE = "on NCCL a rank whose peer left waits instead: the same run hangs on GPUs"
+STOP_EXCEPTIONS = ("SIGTERMException", "SystemExit")  # stopping by itself, as an error
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One SIGTERM that reached a rank, and who handled it."""
+
+    rank: int
+    step: int | None
+    handler: str  # "lightning (pytorch-lightning 2.6.6)", "the program", "the default action"
+    fault: str = ""  # the Preempt's text form
+
+    @property
+    def by_lightning(self) -> bool:
+        return self.handler.startswith(LIGHTNING)
+
+
+def deliveries(outcome: Any) -> list[Delivery]:
+    """The SIGTERMs delivered in the run, in time order (a fired Preempt whose timer the
+    end of the run cancelled delivered nothing)."""
+    found = []
+    for event in outcome.events:
+        if event.kind == NOTE and event.detail.startswith(DELIVERED):
+            handler = event.detail.rsplit("handled by ", 1)[-1]
+            found.append(Delivery(event.rank, event.step, handler, event.fault))
+    return found
+
+
+def stopping_steps(outcome: Any) -> dict[int, int | None]:
+    """Per rank, the last training step it ran (from the engine's closing note)."""
+    steps: dict[int, int | None] = {}
+    for event in outcome.events:
+        if event.kind == NOTE and event.detail.startswith(STOPPED):
+            steps[event.rank] = event.step
+    return steps
+
+
+def by_default_action(delivered: list[Delivery]) -> bool:
+    """Some SIGTERM found no handler: that rank died as a crashed one does."""
+    return any(d.handler == DEFAULT for d in delivered)
+
+
+def preemption_finding(outcome: Any, delivered: list[Delivery]) -> str | None:
+    """Why the run breaks the preemption rule, or None when every rank stopped well."""
+    when = _when(delivered)
+    if outcome.status == HUNG:
+        return f"{when}, the job did not stop: {cause_first(outcome)}"
+    for result in outcome.ranks:
+        if result.status == RELEASED:
+            return (
+                f"{when}, rank {result.rank} ended with a transport error because a peer "
+                f"left it in a collective ({NCCL_NOTE}): {cause_first(outcome)}"
+            )
+        if result.status == FAILED and not _stopped_by_itself(result):
+            return f"{when}, rank {result.rank} did not stop cleanly: {result.evidence}"
+        if result.status not in (PASSED, FAILED):
+            return f"{when}: {cause_first(outcome)}"
+    steps = stopping_steps(outcome)
+    if len(set(steps.values())) > 1:
+        where = ", ".join(f"rank {rank} after step {step}" for rank, step in sorted(steps.items()))
+        return f"{when}, the ranks stopped at different steps: {where}"
+    return None
+
+
+def _stopped_by_itself(result: Any) -> bool:
+    exc = result.exception
+    return exc is not None and exc.type in STOP_EXCEPTIONS
+
+
+def _when(delivered: list[Delivery]) -> str:
+    first = delivered[0]
+    ranks = sorted({d.rank for d in delivered})
+    to = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    return f"after SIGTERM reached {to} (first at step {first.step}, handled by {first.handler})"

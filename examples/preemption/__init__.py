@@ -1,0 +1,1 @@
+"""Preemption examples: Lightning's default SIGTERM handling and the agreement that works."""

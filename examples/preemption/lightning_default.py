@@ -1,0 +1,95 @@
+"""Preemption done right on Lightning 2.5-2.6: a DDP job stopped by SIGTERM.
+
+A cluster preempts a job by sending SIGTERM, then restarts it from its last
+checkpoint. The notice reaches the ranks at different moments (a few hundred ms apart)
+or only some of them (one node of a multi-node job).
+
+``train_buggy`` relies on Lightning's own SIGTERM handling. No release from 2.5.1 to
+2.6.x stops a DDP job together in those patterns: on 2.5.1 the signalled rank raises
+``SIGTERMException`` and leaves its peers waiting in a collective (a gloo error on CPU,
+a hang on NCCL: Lightning issue #20806); from 2.5.2 on, Lightning's handler calls
+``dist.broadcast`` from inside the signal handler, which pairs with whatever collective
+another rank is in, and the job hangs. ``chaoslight fuzz`` reports this once, under
+"known issues in pytorch-lightning", with the workaround, and goes on searching.
+
+``train_fixed`` is the workaround: once Lightning has installed its handler, the module
+replaces it with one that only sets a flag; at every batch start every rank joins one
+MAX-reduce of the flag and, if any rank was signalled, every rank saves a checkpoint
+and stops at the same step (``on_train_batch_start`` returns -1). It passes with
+``--strict``.
+
+    chaoslight fuzz examples/preemption/lightning_default.py:train_buggy
+    chaoslight fuzz examples/preemption/lightning_default.py:train_fixed --strict
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "planted"))
+from _common import quiet_trainer, regression_data
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    import pytorch_lightning as pl  # type: ignore[no-redef]
+
+MAX_STEPS = 12
+
+
+class Model(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+class AgreedStop(Model):
+    """Stops every rank at the same batch when any rank was sent SIGTERM."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signalled = False
+
+    def on_train_start(self) -> None:
+        # Lightning installed its handler before this hook; replace it for this fit
+        # (Lightning restores the original handlers when the fit ends).
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.signalled = True  # nothing else in a handler: no collective, no I/O
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        flag = torch.tensor([1.0 if self.signalled else 0.0])
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            self.trainer.save_checkpoint("preempted.ckpt")  # every rank: it is a collective
+            self.trainer.should_stop = True
+            return -1
+        return None
+
+
+def _fit(model: Model) -> None:
+    trainer = quiet_trainer(max_steps=MAX_STEPS)
+    trainer.fit(model, regression_data(batches=MAX_STEPS))
+
+
+def train_buggy() -> None:
+    _fit(Model())
+
+
+def train_fixed() -> None:
+    _fit(AgreedStop())

@@ -1,0 +1,88 @@
+"""Restarts: ``Schedule(restarts=N)`` runs the job again in the same directory after a run
+that did not pass; each fault fires once over all runs; the restart must succeed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chaoslight import InvalidArgument, InvalidSchedule, Schedule
+from chaoslight._runtime import FIRED, Event
+from chaoslight._search._oracle import judge
+from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
+from chaoslight._world._restart import remaining
+
+CRASH = "crash@torch.save rank=0 step=3"
+TARGET = "examples/restart/side_checkpoint.py:"
+
+
+def test_restarts_have_a_text_and_a_json_form() -> None:
+    """'restarts N' is a line of the text form and a key of the JSON form; both round-trip."""
+    schedule = Schedule.parse(f"restarts 2\n{CRASH}")
+    assert schedule.restarts == 2 and schedule.to_text().splitlines()[0] == "restarts 2"
+    assert Schedule.from_json(schedule.to_json()) == schedule
+
+
+@pytest.mark.parametrize("bad", [-1, 4, "1", 1.0])
+def test_restarts_out_of_range_are_refused_with_the_argument_named(bad: Any) -> None:
+    """restarts must be a whole number from 0 to 3, named in the one-line error."""
+    with pytest.raises(InvalidArgument, match="restarts="):
+        Schedule(restarts=bad)
+
+
+def test_a_restarts_line_without_a_number_is_refused() -> None:
+    """'restarts two' is a schedule error that says the form it expects."""
+    with pytest.raises(InvalidSchedule, match="must be 'restarts N'"):
+        Schedule.parse("restarts two")
+
+
+def _fired(rank: int, fault: str) -> Event:
+    return Event(FIRED, "torch.save", rank, 3, 1.0, 1.0, fault, 1)
+
+
+def _run(events: list[Event], status: str = "crashed") -> Outcome:
+    ranks = (RankResult(0, status), RankResult(1, "failed" if status != "passed" else status))
+    return Outcome(status, ranks, events, 1.0, Schedule.parse(CRASH))
+
+
+def test_a_fault_that_fired_is_spent_for_the_restart() -> None:
+    """The restarted run does not crash again at the step it crashed at."""
+    assert remaining(Schedule.parse(CRASH), _run([_fired(0, CRASH)]), 2).faults == ()
+
+
+def test_a_fault_for_every_rank_goes_on_for_the_ranks_it_missed() -> None:
+    """A crash meant for every rank that fired on rank 0 only is left for rank 1."""
+    every = "crash@torch.save step=3"
+    left = remaining(Schedule.parse(every), _run([_fired(0, every)]), 2)
+    assert [str(f) for f in left] == ["crash@torch.save rank=1 step=3"]
+
+
+def test_a_failed_restart_is_named_as_the_restart() -> None:
+    """The verdict says which run failed: the restart after the crash."""
+    first = _run([_fired(0, CRASH)])
+
+    error = ExceptionInfo("RuntimeError", "PytorchStreamReader failed reading zip archive")
+    ranks = (RankResult(0, "failed", error), RankResult(1, "failed", error))
+    final = Outcome("failed", ranks, [], 1.0, Schedule.parse(f"restarts 1\n{CRASH}"))
+    verdict = judge(Outcome(**{**final.__dict__, "attempts": (first,)}))
+    assert verdict.failed and verdict.reason.startswith("run 2 of 2 (a restart)")
+    assert verdict.never_fired == ()  # the crash fired, in the first run
+
+
+@pytest.mark.slow
+def test_a_truncating_side_checkpoint_breaks_the_restart(world2: Any) -> None:
+    """A crash inside torch.save of an in-place write leaves a file the restart cannot load."""
+    outcome = world2.run(TARGET + "train_buggy", Schedule.parse(f"restarts 1\n{CRASH}"), timeout=10)
+    verdict = judge(outcome)
+    assert len(outcome.attempts) == 1 and verdict.failed
+    assert "a restart" in verdict.reason and "zip archive" in verdict.reason
+
+
+@pytest.mark.slow
+def test_an_atomic_side_checkpoint_survives_two_crash_and_restart_cycles(world2: Any) -> None:
+    """Two crashes at two steps, two restarts: the atomic twin ends passing, every run judged."""
+    text = f"restarts 2\n{CRASH}\ncrash@lightning.training_step rank=1 step=6"
+    outcome = world2.run(TARGET + "train_fixed", Schedule.parse(text), timeout=10)
+    assert [a.status for a in outcome.attempts] == ["crashed", "crashed"]
+    assert outcome.status == "passed" and not judge(outcome).failed
