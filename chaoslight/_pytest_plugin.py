@@ -6,6 +6,10 @@ Fixtures:
   ``@pytest.mark.chaos_world(size=N)`` marker.
 - ``chaos``: in-process injection, ``with chaos(schedule) as run: trainer.fit(...)``.
 
+``chaos_world.judge(outcome)`` is the oracle's verdict (``chaoslight.judge``); a failure
+Lightning itself causes (a known issue, e.g. its SIGTERM handling) does not fail it but
+is listed once in the session summary, unless ``--chaos-strict``.
+
 Options: ``--chaos-world-size``, ``--chaos-timeout`` (default per-example timeout). The
 search itself is Hypothesis's: seed it with Hypothesis's own ``--hypothesis-seed`` and
 size it with a Hypothesis profile (``--hypothesis-profile``); chaoslight sets neither.
@@ -25,14 +29,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chaoslight._runtime import as_checks, as_schedule, inject
+from chaoslight._search import judge
 from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import Failure, check_specs, replay_command
+from chaoslight._search._known import KnownFinding
 from chaoslight._world import World
 
 FAILURES_DIR = Path(".chaoslight") / "failures"
@@ -56,6 +63,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"than {MAX_REPORT_LINES} lines is cut; the whole goes to .chaoslight/failures/)",
     )
 
+    group.addoption(
+        "--chaos-strict",
+        action="store_true",
+        help="a known issue of the framework (e.g. Lightning's SIGTERM handling) fails "
+        "chaos_world.judge (default: listed once in the summary, not a failure)",
+    )
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "chaos_world(size): the World size this test needs")
@@ -76,8 +90,16 @@ class _Recorder:
 class RecordingWorld:
     """A session World seen through one test: ``run`` records what it ran."""
 
-    def __init__(self, world: Any, recorder: _Recorder, timeout: float, tried: list[Any]) -> None:
+    def __init__(
+        self,
+        world: Any,
+        recorder: _Recorder,
+        timeout: float,
+        tried: list[Any],
+        known: dict[str, Any] | None = None,
+    ) -> None:
         self.world = world
+        self.known = known  # issue key -> finding; None: --chaos-strict
         self.tried = tried
         self.recorder = recorder
         self.timeout = timeout
@@ -104,6 +126,17 @@ class RecordingWorld:
         rec.outcome = self.world.run(target, plan, timeout=rec.timeout, checks=checks, trace=trace)
         return rec.outcome
 
+    def judge(self, outcome: Any) -> Any:
+        """The oracle's verdict; a known framework issue is set aside (listed once in the
+        session summary) and does not fail, unless ``--chaos-strict``."""
+        verdict = judge(outcome)
+        if verdict.failed and verdict.known is not None and self.known is not None:
+            issue, package, version = verdict.known
+            finding = KnownFinding(issue, package, version, outcome.schedule, verdict)
+            self.known.setdefault(issue.key, finding)
+            verdict = replace(verdict, failed=False)
+        return verdict
+
 
 @pytest.fixture(scope="session")
 def _chaos_worlds() -> Iterator[dict[int, Any]]:
@@ -127,7 +160,9 @@ def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
     timeout = request.config.getoption("--chaos-timeout")
     tried = request.config.stash.setdefault(_TRIED, [])
-    return RecordingWorld(_chaos_worlds[size], recorder, timeout, tried)
+    strict = request.config.getoption("chaos_strict")
+    known = None if strict else request.config.stash.setdefault(_KNOWN, {})
+    return RecordingWorld(_chaos_worlds[size], recorder, timeout, tried, known)
 
 
 @pytest.fixture
@@ -146,10 +181,15 @@ def chaos(request: pytest.FixtureRequest) -> Any:
 
 _RECORDER = pytest.StashKey[_Recorder]()
 _TRIED = pytest.StashKey[list[Any]]()  # every schedule the fixtures ran this session
+_KNOWN = pytest.StashKey[dict[str, Any]]()  # known framework issues met, once each
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """What the chaos fixtures explored this session: schedules, points, kinds."""
+    """What the chaos fixtures explored this session: schedules, points, kinds; the known
+    framework issues they met, once each."""
+    for finding in terminalreporter.config.stash.get(_KNOWN, {}).values():
+        for line in finding.report():
+            terminalreporter.write_line(f"chaoslight: {line}")
     tried = terminalreporter.config.stash.get(_TRIED, [])
     if tried:
         summary = coverage(None, tried)

@@ -184,8 +184,9 @@ def test_resume_equivalence_catches_state_missing_from_the_checkpoint(world: Wor
     assert fixed.passed and not fixed.violations, fixed.report()
 
 
-def test_resume_equivalence_mid_epoch_names_the_loader(world: World) -> None:
-    """A mid-epoch restart of a correct program is blamed on the non-resumable loader."""
+def test_resume_equivalence_mid_epoch_is_a_warning_with_lightnings_reason(world: World) -> None:
+    """A mid-epoch restart of a plain loader ends elsewhere: a warning quoting Lightning,
+    not a failure (a correct program may do it)."""
     from chaoslight.checks import ResumeEquivalence
 
     outcome = world.run(
@@ -194,8 +195,9 @@ def test_resume_equivalence_mid_epoch_names_the_loader(world: World) -> None:
         timeout=TIMEOUT,
         checks=[ResumeEquivalence(crash_at_step=6)],
     )
-    assert outcome.violations, outcome.report()
-    assert "cannot resume a plain DataLoader mid-epoch" in str(outcome.violations[0])
+    assert outcome.passed and outcome.violations, outcome.report()
+    assert outcome.violations[0].warning  # type: ignore[attr-defined]
+    assert "your dataloader is not resumable" in str(outcome.violations[0])
 
 
 def test_two_fits_are_judged_fit_by_fit(world: World) -> None:

@@ -4,6 +4,9 @@ SIGTERM issues reported apart (synthetic outcomes here; real 2-rank runs at the 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -249,3 +252,21 @@ def test_lightnings_own_handling_is_reported_as_its_known_issue(world2: Any) -> 
     verdict = judge(outcome)
     assert verdict.failed and verdict.known is not None, verdict.reason
     assert "handled by lightning" in verdict.reason
+
+
+@pytest.mark.slow
+def test_fuzz_reports_lightnings_issue_apart_and_exits_0(tmp_path: Any) -> None:
+    """`chaoslight fuzz` on a plain Lightning job prints the known issue with its workaround
+    and exits 0 (the program's own search found nothing)."""
+    target = Path(__file__).resolve().parent.parent / "examples/preemption/lightning_default.py"
+    command = [sys.executable, "-m", "chaoslight._cli", "fuzz", f"{target}:train_buggy"]
+    options = ["--faults", "preempt", "--max-examples", "3", "--timeout", "4", "--seed", "0"]
+    done = subprocess.run(
+        [*command, *options, "--replays", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "known issue in " in done.stdout and "workaround:" in done.stdout, done.stdout

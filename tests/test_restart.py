@@ -86,3 +86,36 @@ def test_an_atomic_side_checkpoint_survives_two_crash_and_restart_cycles(world2:
     outcome = world2.run(TARGET + "train_fixed", Schedule.parse(text), timeout=10)
     assert [a.status for a in outcome.attempts] == ["crashed", "crashed"]
     assert outcome.status == "passed" and not judge(outcome).failed
+
+
+CALLBACK = "examples/restart/callback_state.py:"
+CRASH_IN_EPOCH_2 = "restarts 1\ncrash@lightning.training_step rank=0 step=6"
+
+
+@pytest.mark.slow
+def test_callback_state_missing_from_the_checkpoint_ends_elsewhere(world2: Any) -> None:
+    """With resume-equivalence, a restart that loses a callback's counter is a finding."""
+    from chaoslight.checks import ResumeEquivalence
+
+    schedule = Schedule.parse(CRASH_IN_EPOCH_2)
+    buggy = world2.run(CALLBACK + "train_buggy", schedule, timeout=10, checks=[ResumeEquivalence()])
+    verdict = judge(buggy)
+    assert verdict.failed and "ends differently" in verdict.reason
+    fixed = world2.run(CALLBACK + "train_fixed", schedule, timeout=10, checks=[ResumeEquivalence()])
+    assert not judge(fixed).failed, fixed.report()
+
+
+@pytest.mark.slow
+def test_a_preempted_job_resumes_from_its_own_snapshot(world2: Any) -> None:
+    """Preempt then restart: the agreement's snapshot is what the restarted job resumes."""
+    from chaoslight.checks import ResumeEquivalence
+
+    text = "restarts 1\npreempt@lightning.training_step step=3"
+    target = "examples/preemption/lightning_default.py:train_fixed"
+    checks = [ResumeEquivalence()]
+    outcome = world2.run(target, Schedule.parse(text), timeout=10, checks=checks)
+    assert [a.status for a in outcome.attempts] == ["passed"] and outcome.status == "passed"
+    verdict = judge(outcome)
+    assert not verdict.failed, verdict.reason
+    # It resumed mid-epoch from its snapshot: a plain loader cannot, Lightning warns.
+    assert any("dataloader is not resumable" in note for note in verdict.notes), verdict.notes

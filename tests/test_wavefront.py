@@ -258,3 +258,17 @@ def test_a_rank_stuck_outside_every_collective_still_waits_for_the_timeout(world
     assert outcome.status == "hung", outcome.report()
     assert outcome.wall_s >= timeout
     assert "collectives differ" not in str(outcome.evidence)
+
+
+@pytest.mark.slow
+def test_a_rank_waiting_in_ddps_gradient_all_reduce_is_seen_at_the_wavefront(
+    world: World,
+) -> None:
+    """Lightning's SIGTERM handler broadcasts while the peer waits in DDP's gradient
+    all-reduce inside backward: hung at the wavefront, the handler's broadcast named."""
+    schedule = chaoslight.Schedule.parse("preempt@lightning.training_step rank=1 step=3")
+    target_ = f"{ROOT}/examples/preemption/lightning_default.py:train_buggy"
+    outcome = world.run(target_, schedule, timeout=TIMEOUT)
+    assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
+    evidence = " ".join(outcome.evidence.values())
+    assert "dist.gradient_allreduce" in evidence and "_sigterm_notifier_fn" in evidence

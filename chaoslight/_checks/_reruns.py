@@ -144,12 +144,24 @@ class ResumeEquivalence(Check):
     def observer(self) -> Any:
         check = self
 
+        def on_train_start(self: Any, trainer: Any, module: Any) -> None:
+            # Where this fit began (a resumed one past step 0) and whether Lightning can
+            # resume its loader mid-epoch: the state must then be in the loader itself.
+            loaders = trainer.train_dataloader
+            flat = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+            resumable = all(
+                hasattr(d, "state_dict") and hasattr(d, "load_state_dict") for d in flat
+            )
+            facts = {"start": trainer.global_step, "resumable": resumable}
+            observe(check.name, trainer, facts)
+
         def on_train_end(self: Any, trainer: Any, module: Any) -> None:
             names, sums = checksums(module)
             facts = {"names": names, "sums": sums, "epoch_batches": trainer.num_training_batches}
             observe(check.name, trainer, facts)
 
-        return observer_class("ResumeEquivalenceObserver", {"on_train_end": on_train_end})()
+        hooks = {"on_train_start": on_train_start, "on_train_end": on_train_end}
+        return observer_class("ResumeEquivalenceObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         return []  # needs the restart: see judge_reruns
@@ -160,15 +172,30 @@ class ResumeEquivalence(Check):
             # The run did not finish on every rank (a fault cut it short, or it failed on
             # its own, which the run's own verdict reports): there is nothing to compare.
             return []
-        per_epoch = int(next(iter(finals.values()))["epoch_batches"])
-        step = self.crash_at_step if self.crash_at_step is not None else per_epoch
         # A fresh directory per judgement: a restart must never resume from a checkpoint
         # an earlier example left behind (that made replays disagree with the search).
-        workdir = Path(tempfile.mkdtemp(prefix=f"resume-{step}-", dir=scratch))
+        workdir = Path(tempfile.mkdtemp(prefix="resume-", dir=scratch))
         try:
-            return self._crash_and_restart(finals, rerun, workdir, step, per_epoch)
+            # The reference is uninterrupted *and fault-free*: a run that recovered from
+            # a fault (a skipped batch) may end elsewhere without any resume bug.
+            reference = finals if not full.schedule else self._finals(rerun(Schedule()))
+            if getattr(full.schedule, "restarts", 0):
+                # The schedule crashed and restarted the job itself: judge that restart.
+                return self._compare(reference, finals, None, self._mid_epoch(full))
+            per_epoch = int(next(iter(finals.values()))["epoch_batches"])
+            step = self.crash_at_step if self.crash_at_step is not None else per_epoch
+            return self._crash_and_restart(reference, rerun, workdir, step, per_epoch)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _mid_epoch(self, evidence: Evidence) -> bool:
+        """The last fit resumed mid-epoch with a loader Lightning cannot resume there."""
+        starts = [f for _, f in evidence.observations(self.name) if "start" in f]
+        per_epoch = [int(f["epoch_batches"]) for f in self._finals(evidence).values()]
+        if not starts or not per_epoch or per_epoch[0] <= 0:
+            return False
+        last = starts[-1]
+        return last["start"] % per_epoch[0] != 0 and not last["resumable"]
 
     def _crash_and_restart(
         self,
@@ -182,60 +209,59 @@ class ResumeEquivalence(Check):
         rerun(Schedule([crash]), workdir=workdir)
         checkpoints = sorted(workdir.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime)
         if not checkpoints:
+            message = f"no checkpoint was written before the crash at step {step}"
             return [
                 Violation(
                     self.name,
-                    f"no checkpoint was written before the crash at "
-                    f"step {step}: the restart has nothing to resume from",
+                    message + ": the restart has nothing to resume from",
                     step=step,
                     cause=self.cause,
                 )
             ]
         last = next((p for p in checkpoints if p.name == "last.ckpt"), checkpoints[-1])
-        resumed = self._finals(rerun(Schedule(), workdir=workdir, resume_from=str(last)))
-        return self._compare(finals, resumed, step, per_epoch)
+        again = rerun(Schedule(), workdir=workdir, resume_from=str(last))
+        mid_epoch = self._mid_epoch(again) or (per_epoch > 0 and step % per_epoch != 0)
+        return self._compare(finals, self._finals(again), step, mid_epoch)
 
     def _finals(self, evidence: Evidence) -> dict[int, dict[str, Any]]:
-        return {e.rank: f for e, f in evidence.observations(self.name)}
+        return {e.rank: f for e, f in evidence.observations(self.name) if "sums" in f}
 
     def _compare(
         self,
         full: dict[int, dict[str, Any]],
         resumed: dict[int, dict[str, Any]],
-        step: int,
-        per_epoch: int,
+        step: int | None,
+        mid_epoch: bool,
     ) -> list[Violation]:
-        mid_epoch = per_epoch > 0 and step % per_epoch != 0
-        cause = (
-            "the crash was mid-epoch and Lightning 2.6 cannot resume a plain DataLoader "
-            "mid-epoch; crash at an epoch boundary or use a resumable loader"
-            if mid_epoch
-            else self.cause
-        )
+        """The first rank and parameter where the restarted run ends elsewhere. After a
+        mid-epoch resume of a loader Lightning cannot resume there, it is a warning with
+        Lightning's own reason: a correct program may then end elsewhere."""
+        where = f"a crash at step {step}" if step is not None else "the schedule's fault"
         for rank, facts in sorted(full.items()):
             other = resumed.get(rank)
             if other is None:
-                return [
-                    Violation(
-                        self.name,
-                        "the restarted run did not finish training",
-                        rank=rank,
-                        step=step,
-                        cause=cause,
-                    )
-                ]
+                return [self._violation("the restarted run did not finish training", rank, step)]
             for name, x, y in zip(facts["names"], facts["sums"], other["sums"], strict=False):
                 diff = max(abs(p - q) for p, q in zip(x, y, strict=True))
                 if (self.atol == 0.0 and x != y) or diff > self.atol:
-                    return [
-                        Violation(
-                            self.name,
-                            f"after a crash at step {step} and a restart, "
-                            f"parameter {name!r} ends differently (checksum "
-                            f"difference {diff:.3g})",
-                            rank=rank,
-                            step=step,
-                            cause=cause,
-                        )
-                    ]
+                    message = (
+                        f"after {where} and a restart, parameter {name!r} ends differently "
+                        f"than an uninterrupted fault-free run (checksum difference {diff:.3g})"
+                    )
+                    return [self._violation(message, rank, step, warning=mid_epoch)]
         return []
+
+    def _violation(
+        self, message: str, rank: int, step: int | None, warning: bool = False
+    ) -> Violation:
+        cause = LIGHTNING_MID_EPOCH if warning else self.cause
+        return Violation(self.name, message, rank=rank, step=step, cause=cause, warning=warning)
+
+
+# Lightning's own words when it resumes a plain loader mid-epoch (training_epoch_loop.py).
+LIGHTNING_MID_EPOCH = (
+    "the restart resumed mid-epoch and Lightning warns: \"You're resuming from a checkpoint "
+    "that ended before the epoch ended and your dataloader is not resumable. This can "
+    'cause unreliable results if further training is done." Checkpoint at epoch ends or '
+    "use a resumable (stateful) loader"
+)

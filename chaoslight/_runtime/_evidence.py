@@ -18,13 +18,17 @@ OBSERVATION = "observation"
 
 @dataclass(frozen=True)
 class Violation:
-    """A broken invariant: the check's name, what happened and where, the usual cause."""
+    """A broken invariant: the check's name, what happened and where, the usual cause.
+
+    ``warning=True`` reports something a correct program may still do (a restart that
+    Lightning itself says cannot resume exactly): shown, never a failure."""
 
     check: str
     message: str
     rank: int | None = None
     step: int | None = None
     cause: str = ""
+    warning: bool = False
 
     def __str__(self) -> str:
         where = []
@@ -33,6 +37,7 @@ class Violation:
         if self.step is not None:
             where.append(f"step {self.step}")
         head = f"{self.check}: {self.message}" + (f" ({', '.join(where)})" if where else "")
+        head = f"warning: {head}" if self.warning else head
         return head + (f". Usual cause: {self.cause}" if self.cause else "")
 
 

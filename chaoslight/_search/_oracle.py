@@ -1,6 +1,6 @@
 """The fault-aware oracle: judge a run by what a correct program may do under exactly the
-faults that fired. The rules, with their table, are in ``docs/explanation/oracle.md``; this module is
-the only place that applies them.
+faults that fired. The rules, with their table, are in ``docs/explanation/oracle.md``;
+this module is the only place that applies them.
 
 - Only **benign** faults fired (delays, a reduction reordered identically on every rank):
   the run must pass and every check must hold.
@@ -122,7 +122,8 @@ def never_fired_notes(outcome: Any) -> tuple[str, ...]:
     lines = []
     for fault in never_fired(outcome):
         seen = "; ".join(where.get(fault, [])) or "no rank reported its site"
-        lines.append(f"{fault} never fired: {seen} (docs/reference/schedules.md says what a step is)")
+        why = "docs/reference/schedules.md says what a step is"
+        lines.append(f"{fault} never fired: {seen} ({why})")
     return tuple(lines)
 
 
@@ -160,7 +161,11 @@ def judge(outcome: Any) -> Verdict:
     common: dict[str, Any] = {
         "fired": tuple(sorted({item for v in verdicts for item in v.fired})),
         "never_fired": tuple(unfired),
-        "notes": tuple(n for n in verdicts[-1].notes if n.split(" never fired")[0] in unfired),
+        "notes": tuple(
+            n
+            for n in verdicts[-1].notes
+            if " never fired: " not in n or n.split(" never fired")[0] in unfired
+        ),
     }
     for number, verdict in enumerate(verdicts, start=1):
         if verdict.failed:
@@ -220,7 +225,9 @@ def _preempted(
 
 
 def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
-    violations = list(outcome.violations)
+    violations = [v for v in outcome.violations if not getattr(v, "warning", False)]
+    warnings = tuple(str(v) for v in outcome.violations if getattr(v, "warning", False))
+    base = {**base, "notes": (*base["notes"], *warnings)}
     if any(r.status != PASSED for r in outcome.ranks):
         return Verdict(True, cause_first(outcome), rule=rule, violations=violations, **base)
     if violations:

@@ -44,5 +44,6 @@ def judge(
         violations += judge_check(
             check, evidence, lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
         )
-    status = FAILED if violations and outcome.status == PASSED else outcome.status
+    failing = [v for v in violations if not getattr(v, "warning", False)]
+    status = FAILED if failing and outcome.status == PASSED else outcome.status
     return replace(outcome, status=status, violations=tuple(violations))

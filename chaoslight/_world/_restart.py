@@ -3,7 +3,8 @@
 A cluster requeues a job that crashed, was killed or was preempted, and the job resumes
 from what it left on disk. ``Schedule(restarts=N)`` asks for that: the World runs the
 target again, in the working directory the last run used, at most N times, until a run
-passes. Each fault fires in the first run that reaches its trigger, as often as its
+passes without being preempted (a preempted job is requeued even when it stopped
+cleanly). Each fault fires in the first run that reaches its trigger, as often as its
 ``times`` says over all runs together: the restarted job does not crash again at the
 step it crashed at (it would never finish), but a second crash at a later step makes a
 second crash-and-restart cycle.
@@ -18,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from chaoslight._runtime._events import FIRED
+from chaoslight._runtime._events import FIRED, NOTE
+from chaoslight._runtime._preempt import DELIVERED
 from chaoslight._schedule import Fault, Schedule
 from chaoslight._world._outcome import PASSED, Outcome
 
@@ -40,11 +42,16 @@ def _runs(run_one: RunOne, plan: Schedule, workdir: Path, size: int) -> Outcome:
     schedule = Schedule(plan.faults, memory_budget=plan.memory_budget)
     for attempt in range(plan.restarts + 1):
         outcome = run_one(schedule, workdir)
-        if outcome.status == PASSED or attempt == plan.restarts:
+        if (outcome.status == PASSED and not preempted(outcome)) or attempt == plan.restarts:
             break
         attempts.append(outcome)
         schedule = remaining(schedule, outcome, size)
     return replace(outcome, attempts=tuple(attempts))
+
+
+def preempted(outcome: Outcome) -> bool:
+    """A SIGTERM reached a rank: the scheduler requeues the job however it ended."""
+    return any(e.kind == NOTE and e.detail.startswith(DELIVERED) for e in outcome.events)
 
 
 def remaining(schedule: Schedule, outcome: Outcome, size: int) -> Schedule:

@@ -20,10 +20,14 @@ and stops at the same step (``on_train_batch_start`` returns -1). It passes with
 
     chaoslight fuzz examples/preemption/lightning_default.py:train_buggy
     chaoslight fuzz examples/preemption/lightning_default.py:train_fixed --strict
+
+With ``restarts 1`` in the schedule the fixed job is restarted after the preemption and
+resumes from the snapshot it saved when it stopped, as a requeued job does.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -76,15 +80,20 @@ class AgreedStop(Model):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() > 0:
-            self.trainer.save_checkpoint("preempted.ckpt")  # every rank: it is a collective
+            self.trainer.save_checkpoint(SNAPSHOT)  # every rank: it is a collective
             self.trainer.should_stop = True
             return -1
         return None
 
 
+SNAPSHOT = "preempted.ckpt"
+
+
 def _fit(model: Model) -> None:
     trainer = quiet_trainer(max_steps=MAX_STEPS)
-    trainer.fit(model, regression_data(batches=MAX_STEPS))
+    # A restarted job (after a preemption) resumes from the snapshot it saved on SIGTERM.
+    resume = SNAPSHOT if os.path.exists(SNAPSHOT) else None
+    trainer.fit(model, regression_data(batches=MAX_STEPS), ckpt_path=resume)
 
 
 def train_buggy() -> None:
