@@ -61,3 +61,19 @@ def quiet_trainer(**options: Any) -> Any:
         "enable_model_summary": False,
     }
     return pl.Trainer(**{**settings, **options})
+
+
+class LinearRegression(pl.LightningModule):
+    """A one-layer regression model with plain SGD: the smallest thing DDP can train."""
+
+    def __init__(self, lr: float = 0.05) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.lr = lr
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)

@@ -37,30 +37,12 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "planted"))
-from _common import quiet_trainer, regression_data
-
-try:
-    import lightning.pytorch as pl
-except ImportError:
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+from _common import LinearRegression, quiet_trainer, regression_data
 
 MAX_STEPS = 12
 
 
-class Model(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.05)
-
-
-class AgreedStop(Model):
+class AgreedStop(LinearRegression):
     """Stops every rank at the same batch when any rank was sent SIGTERM."""
 
     def __init__(self) -> None:
@@ -89,7 +71,7 @@ class AgreedStop(Model):
 SNAPSHOT = "preempted.ckpt"
 
 
-def _fit(model: Model) -> None:
+def _fit(model: LinearRegression) -> None:
     trainer = quiet_trainer(max_steps=MAX_STEPS)
     # A restarted job (after a preemption) resumes from the snapshot it saved on SIGTERM.
     resume = SNAPSHOT if os.path.exists(SNAPSHOT) else None
@@ -97,7 +79,7 @@ def _fit(model: Model) -> None:
 
 
 def train_buggy() -> None:
-    _fit(Model())
+    _fit(LinearRegression())
 
 
 def train_fixed() -> None:

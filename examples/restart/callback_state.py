@@ -24,10 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "planted"))
-from _common import quiet_trainer, regression_data
+from _common import LinearRegression, quiet_trainer, regression_data
 
 try:
     import lightning.pytorch as pl
@@ -36,19 +34,6 @@ except ImportError:
 
 EPOCHS = 3
 BATCHES = 4  # per epoch and rank
-
-
-class Model(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class WarmUp(pl.Callback):
@@ -80,7 +65,7 @@ def _train(warm_up: WarmUp) -> None:
     )
     last = "checkpoints/last.ckpt"
     resume = last if os.path.exists(last) else None  # a restarted job resumes
-    trainer.fit(Model(), regression_data(batches=BATCHES), ckpt_path=resume)
+    trainer.fit(LinearRegression(lr=0.01), regression_data(batches=BATCHES), ckpt_path=resume)
 
 
 def train_buggy() -> None:

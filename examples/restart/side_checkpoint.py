@@ -26,27 +26,17 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "planted"))
-from _common import quiet_trainer, regression_data
-
-try:
-    import lightning.pytorch as pl
-except ImportError:
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+from _common import LinearRegression, quiet_trainer, regression_data
 
 SIDE = Path("side.pt")
 EVERY = 2  # steps between side copies
 MAX_STEPS = 8
 
 
-class Model(pl.LightningModule):
+class Model(LinearRegression):
     def __init__(self, atomic: bool) -> None:
         super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
         self.atomic = atomic
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trainer.is_global_zero and self.trainer.global_step % EVERY == 0:
@@ -61,9 +51,6 @@ class Model(pl.LightningModule):
         else:
             with open(SIDE, "wb") as handle:  # truncates the last good copy first
                 torch.save(weights, handle)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
 def _train(atomic: bool) -> None:
