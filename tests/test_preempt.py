@@ -156,6 +156,15 @@ def test_a_rank_stopping_alone_on_251_is_the_older_known_issue() -> None:
     assert "20806" in issue.reference
 
 
+def test_a_hang_after_lightnings_handler_is_known_whatever_else_fired() -> None:
+    """A preemption and an allocation fired; the hang after Lightning's handler is still
+    Lightning's issue (the search goes on and meets the allocation alone too)."""
+    allocate = "allocate@lightning.training_step rank=0 step=4 nbytes=1024"
+    events = [*delivered(1, LIGHTNING_266), Event(FIRED, SITE, 0, 4, 1.0, 1.0, allocate, 1)]
+    verdict = judge(run([hung(0), hung(1)], events, fault=f"{PREEMPT}\n{allocate}"))
+    assert verdict.failed and verdict.known is not None
+
+
 def test_a_known_issue_needs_lightnings_handler_to_have_run() -> None:
     """The same hang after the program's own handler is the program's finding."""
     verdict = judge(run([hung(0), hung(1)], delivered(1, "the program")))
@@ -225,7 +234,7 @@ def test_strict_makes_a_known_issue_a_failure() -> None:
 
 
 # -- real 2-rank runs ------------------------------------------------------------------
-TARGET = "examples/preemption/lightning_default.py:"
+TARGET = "examples/catalogue/preemption.py:"
 PATTERNS = {
     "every rank": [Preempt(site=SITE, step=3)],
     "one rank": [Preempt(site=SITE, rank=1, step=3)],
@@ -258,7 +267,7 @@ def test_lightnings_own_handling_is_reported_as_its_known_issue(world2: Any) -> 
 def test_fuzz_reports_lightnings_issue_apart_and_exits_0(tmp_path: Any) -> None:
     """`chaoslight fuzz` on a plain Lightning job prints the known issue with its workaround
     and exits 0 (the program's own search found nothing)."""
-    target = Path(__file__).resolve().parent.parent / "examples/preemption/lightning_default.py"
+    target = Path(__file__).resolve().parent.parent / "examples/catalogue/preemption.py"
     command = [sys.executable, "-m", "chaoslight._cli", "fuzz", f"{target}:train_buggy"]
     options = ["--faults", "preempt", "--max-examples", "3", "--timeout", "4", "--seed", "0"]
     done = subprocess.run(

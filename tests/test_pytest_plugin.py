@@ -162,8 +162,8 @@ def test_a_known_issue_is_listed_once_and_fails_only_with_chaos_strict(
 ) -> None:
     """chaos_world.judge sets Lightning's known SIGTERM issue aside, listed in the summary;
     --chaos-strict makes it the test's failure."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "preemption"
-    target = f"{example / 'lightning_default.py'}:train_buggy"
+    example = Path(__file__).resolve().parent.parent / "examples" / "catalogue"
+    target = f"{example / 'preemption.py'}:train_buggy"
     pytester.makepyfile(test_known=KNOWN_SUITE.format(target=target))
     relaxed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
     relaxed.assert_outcomes(passed=1)

@@ -111,7 +111,7 @@ def test_a_preempted_job_resumes_from_its_own_snapshot(world2: Any) -> None:
     from chaoslight.checks import ResumeEquivalence
 
     text = "restarts 1\npreempt@lightning.training_step step=3"
-    target = "examples/preemption/lightning_default.py:train_fixed"
+    target = "examples/catalogue/preemption.py:train_fixed"
     checks = [ResumeEquivalence()]
     outcome = world2.run(target, Schedule.parse(text), timeout=10, checks=checks)
     assert [a.status for a in outcome.attempts] == ["passed"] and outcome.status == "passed"
@@ -119,3 +119,14 @@ def test_a_preempted_job_resumes_from_its_own_snapshot(world2: Any) -> None:
     assert not verdict.failed, verdict.reason
     # It resumed mid-epoch from its snapshot: a plain loader cannot, Lightning warns.
     assert any("dataloader is not resumable" in note for note in verdict.notes), verdict.notes
+
+
+@pytest.mark.slow
+def test_checks_that_rerun_the_example_rerun_its_restarts_too(world2: Any) -> None:
+    """deterministic reruns a schedule with restarts as a whole: the same runs, the same end."""
+    from chaoslight.checks import Deterministic
+
+    schedule = Schedule.parse(f"restarts 1\n{CRASH}")
+    outcome = world2.run(TARGET + "train_fixed", schedule, timeout=10, checks=[Deterministic()])
+    assert len(outcome.attempts) == 1 and outcome.passed, outcome.report()
+    assert not judge(outcome).failed

@@ -267,7 +267,7 @@ def test_a_rank_waiting_in_ddps_gradient_all_reduce_is_seen_at_the_wavefront(
     """Lightning's SIGTERM handler broadcasts while the peer waits in DDP's gradient
     all-reduce inside backward: hung at the wavefront, the handler's broadcast named."""
     schedule = chaoslight.Schedule.parse("preempt@lightning.training_step rank=1 step=3")
-    target_ = f"{ROOT}/examples/preemption/lightning_default.py:train_buggy"
+    target_ = f"{ROOT}/examples/catalogue/preemption.py:train_buggy"
     outcome = world.run(target_, schedule, timeout=TIMEOUT)
     assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
     evidence = " ".join(outcome.evidence.values())

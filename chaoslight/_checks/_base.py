@@ -17,12 +17,14 @@ subclass :class:`Check` and override what you need (see ``examples/user_check.py
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from chaoslight._runtime._context import callback_bases, current_rank, step_of
 from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
 from chaoslight._runtime._inject import active
+from chaoslight._runtime._stacks import active_engine
 
 __all__ = ["OBSERVATION", "Check", "Evidence", "RankView", "Violation", "observe", "observer_class"]
 
@@ -60,5 +62,22 @@ def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = 
 
 
 def observer_class(name: str, hooks: dict[str, Any]) -> type:
-    """A callback class subclassing both Lightning flavours' Callback, with these hooks."""
-    return type(name, callback_bases(), dict(hooks))
+    """A callback class subclassing both Lightning flavours' Callback, with these hooks.
+
+    Each hook runs as chaoslight's own code: its torch calls pass through every site (a
+    deferred OOM surfaces in the user's code, not at a check's ``.tolist()``; a memory
+    budget does not count a check's tensors; a fault aimed at a collective does not fire
+    in a check's)."""
+    return type(name, callback_bases(), {key: _internal(hook) for key, hook in hooks.items()})
+
+
+def _internal(hook: Any) -> Any:
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        engine = active_engine()
+        if engine is None:
+            return hook(*args, **kwargs)
+        with engine.internal():
+            return hook(*args, **kwargs)
+
+    return run

@@ -104,7 +104,7 @@ _WORKAROUND = (
     "on_train_start) replace it with one that only sets a flag; at every batch start "
     "all-reduce the flag with MAX on every rank and, if set, save a checkpoint, set "
     "trainer.should_stop = True and return -1 from on_train_batch_start "
-    "(examples/preemption/lightning_default.py:train_fixed)"
+    "(examples/catalogue/preemption.py:train_fixed)"
 )
 
 KNOWN_ISSUES: tuple[KnownIssue, ...] = (

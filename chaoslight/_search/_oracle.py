@@ -180,6 +180,15 @@ def _trigger(text: str) -> str:
 
 
 def _judge_run(outcome: Any) -> Verdict:
+    """One run's verdict; a failure after Lightning's own handler took a SIGTERM is
+    matched against the known framework issues, whatever other faults fired with it."""
+    verdict = _judge_one(outcome)
+    if verdict.failed and not verdict.internal and verdict.known is None:
+        verdict.known = match_known(outcome)
+    return verdict
+
+
+def _judge_one(outcome: Any) -> Verdict:
     fired = fired_faults(outcome)
     base = {
         "status": outcome.status,
@@ -217,8 +226,7 @@ def _preempted(
         return _hard(outcome, fired, base)
     finding = preemption_finding(outcome, delivered)
     if finding is not None:
-        known = match_known(outcome)
-        return Verdict(True, _short(finding, 600), rule=PREEMPT_RULE, known=known, **base)
+        return Verdict(True, _short(finding, 600), rule=PREEMPT_RULE, **base)
     if all(r.status == PASSED for r in outcome.ranks):
         return _must_pass(outcome, PREEMPT_RULE, base)
     return Verdict(False, "", rule=PREEMPT_RULE, **base)

@@ -26,6 +26,7 @@ from chaoslight._schedule import (
     Delay,
     Fault,
     InvalidArgument,
+    Preempt,
     Raise,
     Schedule,
 )
@@ -107,9 +108,12 @@ class Reach:
           then on every rank at once (the same batch runs out everywhere): the OOM handlers
           that recover on one rank only, or only when one rank does;
         - a crash inside each ``torch.save``, then a restart: a write that truncates the
-          last good file breaks the restarted job.
+          last good file breaks the restarted job;
+        - SIGTERM to the last rank alone at the first training step: one node of a job
+          preempted, which a job must stop together (Lightning's own handling does not).
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
+        found += [Schedule([fault]) for fault in self._preempt_probes(world_size, kinds)]
         if "crash" in kinds:
             found += [
                 Schedule([Crash(site=site, rank=rank, step=step)], restarts=1)
@@ -123,6 +127,13 @@ class Reach:
                 if fault is not None:
                     found.append(Schedule([fault]))
         return found[:MAX_PROBES]
+
+    def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
+        site = "lightning.training_step"
+        steps = sorted(step for name, step in self.points if name == site and step is not None)
+        if "preempt" not in kinds or world_size < 2 or not steps:
+            return []
+        return [Preempt(site=site, rank=world_size - 1, step=steps[0])]
 
     def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         if "oom" not in kinds:

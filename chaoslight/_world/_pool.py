@@ -163,29 +163,21 @@ class World:
         timeout = progress_timeout(checked, timeout)
         blob = base64.b64encode(pickle.dumps(checked)).decode() if checked else None
         try:
-            self._prepare(timeout)
-            self._resolve(spec)
-            if plan.restarts:
-
-                def one_run(schedule: Schedule, work: Path) -> Outcome:
-                    self._prepare(timeout)  # a crash in the last run replaced workers
-                    self._resolve(spec)
-                    return self._example(spec, schedule, timeout, blob, work, trace=trace)
-
-                outcome = run_with_restarts(one_run, plan, self._root, self.size)
-            else:
-                outcome = self._example(spec, plan, timeout, blob, trace=trace)
 
             def rerun(
                 schedule: Schedule | None = None,
                 workdir: Path | None = None,
                 resume_from: str | None = None,
             ) -> Outcome:
+                """One run (or a schedule's runs with its restarts) of this example."""
                 again = plan if schedule is None else schedule
+                if again.restarts and workdir is None:
+                    return run_with_restarts(rerun, again, self._root, self.size)
                 self._prepare(timeout)  # a crash in the last run replaced workers
                 self._resolve(spec)
-                return self._example(spec, again, timeout, blob, workdir, resume_from)
+                return self._example(spec, again, timeout, blob, workdir, resume_from, trace)
 
+            outcome = rerun()
             return judge(checked, outcome, rerun, self._root)
         except InvalidArgument:
             raise

@@ -77,3 +77,13 @@ class Regressor(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half:
+    a temporary file, flushed to disk, renamed over the path (``os.replace`` is atomic)."""
+    with open(path + ".tmp", "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(path + ".tmp", path)

@@ -30,11 +30,10 @@ Target: examples/corpus/atomic_checkpoint.py:train (correct), :train_buggy (bug)
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
-from _corpus_common import Regressor, dataset, pl, trainer
+from _corpus_common import Regressor, dataset, pl, trainer, write_atomically
 from torch.utils.data import DataLoader
 
 SIDE_FILE = "schedule.json"
@@ -55,11 +54,7 @@ class SideFileSchedule(pl.Callback):
             lr = trainer.optimizers[0].param_groups[0]["lr"] / 2
             text = json.dumps({"epoch": trainer.current_epoch, "lr": lr})
             if self.atomic:
-                with open(SIDE_FILE + ".tmp", "w") as handle:
-                    handle.write(text)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(SIDE_FILE + ".tmp", SIDE_FILE)
+                write_atomically(SIDE_FILE, text)
             else:
                 with open(SIDE_FILE, "w") as handle:
                     handle.write(text[: len(text) // 2])

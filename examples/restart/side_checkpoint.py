@@ -54,10 +54,10 @@ class Model(LinearRegression):
 
 
 def _train(atomic: bool) -> None:
+    trainer = quiet_trainer(max_steps=MAX_STEPS)  # seeds: the model's init is the same
     model = Model(atomic)
     if SIDE.exists():  # a restarted job warm-starts from the side copy
         model.load_state_dict(torch.load(SIDE))
-    trainer = quiet_trainer(max_steps=MAX_STEPS)
     trainer.fit(model, regression_data(batches=MAX_STEPS))
 
 

@@ -18,8 +18,12 @@ MAX-reduce of the flag and, if any rank was signalled, every rank saves a checkp
 and stops at the same step (``on_train_batch_start`` returns -1). It passes with
 ``--strict``.
 
-    chaoslight fuzz examples/preemption/lightning_default.py:train_buggy
-    chaoslight fuzz examples/preemption/lightning_default.py:train_fixed --strict
+    chaoslight fuzz examples/catalogue/preemption.py:train_buggy           # known issue, exit 0
+    chaoslight fuzz examples/catalogue/preemption.py:train_buggy --strict  # a failure, exit 1
+    chaoslight fuzz examples/catalogue/preemption.py:train_fixed --strict  # clean, exit 0
+
+On NCCL (GPUs) the same patterns hang where gloo on a CPU raises a transport error: the
+verdict is the same, a rank left waiting for a peer that stopped alone.
 
 With ``restarts 1`` in the schedule the fixed job is restarted after the preemption and
 resumes from the snapshot it saved when it stopped, as a requeued job does.
@@ -71,16 +75,17 @@ class AgreedStop(LinearRegression):
 SNAPSHOT = "preempted.ckpt"
 
 
-def _fit(model: LinearRegression) -> None:
-    trainer = quiet_trainer(max_steps=MAX_STEPS)
+def _fit(make: type[LinearRegression]) -> None:
+    trainer = quiet_trainer(max_steps=MAX_STEPS)  # seeds first: the model's init repeats
+    model = make()
     # A restarted job (after a preemption) resumes from the snapshot it saved on SIGTERM.
     resume = SNAPSHOT if os.path.exists(SNAPSHOT) else None
     trainer.fit(model, regression_data(batches=MAX_STEPS), ckpt_path=resume)
 
 
 def train_buggy() -> None:
-    _fit(LinearRegression())
+    _fit(LinearRegression)
 
 
 def train_fixed() -> None:
-    _fit(AgreedStop())
+    _fit(AgreedStop)

@@ -1,1 +1,0 @@
-"""Preemption examples: Lightning's default SIGTERM handling and the agreement that works."""
