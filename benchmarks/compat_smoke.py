@@ -282,6 +282,24 @@ def step_preempt(smoke: Smoke) -> str:
     return f"ok: known issue {verdict.known[0].key}"
 
 
+AGREED = THIS.parent.parent / "examples" / "catalogue" / "preemption.py"
+
+
+def step_fuzz(smoke: Smoke) -> str:
+    """`chaoslight fuzz` of preemptions: a plain fit ends clean with this release's known
+    issue set apart; the flag-and-MAX-reduce agreement passes with ``strict=True``."""
+    import chaoslight
+
+    options = {"faults": ["preempt"], "max_examples": 2, "replays": 0, "seed": 0}
+    options |= {"timeout": PREEMPT_TIMEOUT_S, "world": smoke.world()}
+    result, _ = chaoslight.fuzz(f"{THIS}:target_long", **options)
+    _expect(result.status == "clean", f"plain fit: {result.status}: {result.verdict}")
+    _expect(bool(result.known), "no known issue reported for a plain fit")
+    agreed, _ = chaoslight.fuzz(f"{AGREED}:train_fixed", strict=True, **options)
+    _expect(agreed.status == "clean", f"the agreement, strict: {agreed.verdict}")
+    return f"ok: {result.known[0].issue.key} apart; agreement clean with strict"
+
+
 # The smoke steps, in order: one more is one more entry (a name and a function of a Smoke).
 STEPS: list[tuple[str, Callable[[Smoke], str | None]]] = [
     ("restore", step_restore),
@@ -290,6 +308,7 @@ STEPS: list[tuple[str, Callable[[Smoke], str | None]]] = [
     ("resume", step_resume),
     ("crash", step_crash),
     ("preempt", step_preempt),
+    ("fuzz", step_fuzz),
 ]
 
 

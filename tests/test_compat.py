@@ -140,7 +140,8 @@ def test_compat_script_passes_every_smoke_step_on_pytorch_lightning_2_5_1(
 ) -> None:
     """benchmarks/compat.py installs pytorch-lightning 2.5.1 beside this torch and every
     smoke step (sites, restore, World, resume, crash) passes on it; a preemption of one
-    rank is named as 2.5.1's known SIGTERM issue (#20806)."""
+    rank is named as 2.5.1's known SIGTERM issue (#20806), which `fuzz` sets apart, and the
+    agreement that stops every rank together passes a strict search."""
     output = tmp_path / "compat.md"
     command = [sys.executable, str(SCRIPT), "--version", "pytorch-lightning==2.5.1"]
     done = subprocess.run(
@@ -154,3 +155,4 @@ def test_compat_script_passes_every_smoke_step_on_pytorch_lightning_2_5_1(
     cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
     assert "FAILED" not in rows[0] and cells.count("ok") >= 5
     assert "ok: known issue lightning-sigterm-alone" in cells
+    assert "ok: lightning-sigterm-alone apart; agreement clean with strict" in cells

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import chaoslight
 from chaoslight import InvalidArgument, InvalidSchedule, Schedule
 from chaoslight._runtime import FIRED, Event
 from chaoslight._search._oracle import judge
@@ -130,3 +131,28 @@ def test_checks_that_rerun_the_example_rerun_its_restarts_too(world2: Any) -> No
     outcome = world2.run(TARGET + "train_fixed", schedule, timeout=10, checks=[Deterministic()])
     assert len(outcome.attempts) == 1 and outcome.passed, outcome.report()
     assert not judge(outcome).failed
+
+
+@pytest.fixture(scope="module")
+def world() -> Any:
+    """One 2-rank World for this module's campaigns."""
+    from chaoslight import World
+
+    with World(size=2) as shared:
+        yield shared
+
+
+def _fuzz(target: str, world: Any) -> Any:
+    result, _ = chaoslight.fuzz(target, max_examples=4, max_time=40, seed=0, replays=0, world=world)
+    return result
+
+
+@pytest.mark.slow
+def test_the_default_search_finds_the_truncating_side_checkpoint(world: Any) -> None:
+    """Default fuzz: its crash-in-save-then-restart probe breaks the in-place writer; the
+    atomic twin comes out clean."""
+    buggy = _fuzz(TARGET + "train_buggy", world)
+    assert buggy.status == "failed" and buggy.schedule.restarts == 1, buggy.verdict
+    assert "a restart" in buggy.verdict.reason
+    assert any(f.kind == "crash" and f.site == "torch.save" for f in buggy.schedule)
+    assert _fuzz(TARGET + "train_fixed", world).status == "clean"

@@ -12,10 +12,11 @@ chaoslight's engine, not running user code), its CPU clock stands still, and the
 only the World's process group (a subgroup's collectives need not line up). Its
 **sequence number** counts every ``dist.*`` collective call the engine saw on this rank
 (DDP's gradient all-reduce excluded: it is observed only when a schedule names it), so
-the ranks of a correct program agree on it. A main thread still inside autograd in
-``lightning.backward`` with a still CPU clock waits in DDP's gradient all-reduce: it is
-reported as blocked there (``dist.gradient_allreduce``, with the same number), so a peer
-blocked in another collective is a hang decided at once, not at the timeout.
+the ranks of a correct program agree on it. A main thread still inside autograd (in
+``backward`` or ``manual_backward``) with a still CPU clock waits in DDP's gradient
+all-reduce: it is reported as blocked there (``dist.gradient_allreduce``, with the same
+number), so a peer blocked in another collective is a hang decided at once, not at the
+timeout.
 ``GlooSockets`` can release a blocked rank without killing it: it shuts down the process
 group's TCP connections, and gloo raises "Connection closed by peer" in every rank that
 waits on them.
@@ -47,7 +48,6 @@ from chaoslight._schedule._catalog import COLLECTIVES
 
 # Every collective the site catalogue wraps; not dist.gradient_allreduce (see above).
 COLLECTIVE_SITES = tuple(f"dist.{name}" for name in COLLECTIVES)
-BACKWARD = "lightning.backward"  # where DDP's gradient all-reduce waits, unseen as a site
 GRADIENT_ALLREDUCE = "dist.gradient_allreduce"
 
 TICK_S = 0.1  # how often a worker looks at its main thread
@@ -171,9 +171,10 @@ class Tracker:
             return None
         site, call, step = stack[-1]
         where = frame.f_code.co_filename
-        if site == BACKWARD and where.startswith(_folder("torch.autograd")):
-            # Still in autograd with a still CPU clock: DDP's gradient all-reduce waits for
-            # its peers (a backward that computes runs on this thread and uses its CPU).
+        if where.startswith(_folder("torch.autograd")):
+            # Still in autograd (``backward``, or ``manual_backward`` in a training step)
+            # with a still CPU clock: DDP's gradient all-reduce waits for its peers (a
+            # backward that computes runs on this thread and uses its CPU).
             site = GRADIENT_ALLREDUCE
         elif site not in COLLECTIVE_SITES or not where.startswith(_folder("torch.distributed")):
             return None  # not in a collective, or in one but not waiting (a Delay sleeps)
