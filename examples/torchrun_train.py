@@ -48,6 +48,10 @@ def main() -> None:
     )
     trainer.fit(Regressor(), DataLoader(data, batch_size=8))
     print(f"rank {trainer.global_rank}: loss {float(trainer.callback_metrics['loss']):.4f}")
+    # Lightning leaves the process group up; tear it down before exit, or gloo's threads
+    # may still be running when the interpreter ends (an abort, now and then).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
