@@ -15,7 +15,8 @@ import torch
 
 import chaoslight
 from chaoslight._runtime import HangDetected, HangReport, Position, Watchdog
-from chaoslight._runtime._stacks import is_library, snapshot
+from chaoslight._runtime._frames import is_library
+from chaoslight._runtime._stacks import snapshot
 from chaoslight._runtime._watchdog import INTERRUPT_SIGNAL
 from chaoslight._schedule._errors import InvalidArgument
 

@@ -30,17 +30,8 @@ from typing import Any
 
 from chaoslight._runtime._context import current_rank
 from chaoslight._runtime._engine import Engine
+from chaoslight._runtime._frames import user_frame
 from chaoslight._runtime._memory import format_bytes, simulated_oom
-
-# Frames in these packages are never "the user's": a report names the first frame outside.
-LIBRARIES = (
-    "torch",
-    "lightning",
-    "pytorch_lightning",
-    "lightning_fabric",
-    "lightning_utilities",
-    "chaoslight",
-)
 
 # The file that forks DataLoader workers; a process forked from elsewhere is a rank
 # (Lightning's ddp_fork) and keeps its budget, with the parent's ledger as it was.
@@ -227,7 +218,7 @@ class StorageCounter:
         rank, step = current_rank(), self.engine.step()
         when = "before the first training step" if step is None else f"step {step}"
         cause = (
-            f"MemoryBudget on rank {rank}, {when}: {func} at {user_frame()} requested "
+            f"MemoryBudget on rank {rank}, {when}: {func} at {user_line()} requested "
             f"{format_bytes(nbytes)}; {format_bytes(used)} used of the "
             f"{format_bytes(limit)} limit"
         )
@@ -248,14 +239,9 @@ def _storages_of(tensor_type: Any, args: Any, kwargs: Any) -> set[int]:
     return found
 
 
-def user_frame() -> str:
-    """``file:line in function`` of the innermost frame outside torch, Lightning, chaoslight."""
-    files = [getattr(sys.modules.get(name), "__file__", None) for name in LIBRARIES]
-    roots = tuple(os.path.dirname(file) + os.sep for file in files if file)
-    frame = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        if not code.co_filename.startswith(roots) and not code.co_filename.startswith("<frozen"):
-            return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "no frame outside torch, Lightning and chaoslight"
+def user_line() -> str:
+    """``file:line in function`` of the innermost user frame (``_frames.user_frame``)."""
+    frame = user_frame(sys._getframe(1))
+    if frame is None:
+        return "no frame outside torch, Lightning and chaoslight"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"

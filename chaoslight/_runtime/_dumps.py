@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from chaoslight._runtime._autostart import EVENTS_VARIABLE
-from chaoslight._runtime._stacks import is_library
+from chaoslight._runtime._frames import is_library
 
 
 def _dump_signal() -> int | None:

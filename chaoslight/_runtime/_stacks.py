@@ -9,21 +9,18 @@ evidence are built from these.
 from __future__ import annotations
 
 import faulthandler
-import functools
-import importlib.util
 import linecache
 import os
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from chaoslight._runtime._context import current_rank
+from chaoslight._runtime._frames import user_frame
 from chaoslight._runtime._inject import active
 from chaoslight._schedule import SITES
 
@@ -50,18 +47,6 @@ _BATCH_HOOKS = tuple(
 PROGRESS_SITES = frozenset(
     {s for s in SITES if s.startswith("dist.") and s != "dist.gradient_allreduce"}
     | {f"lightning.{name}" for name in _STEPS + _BATCH_HOOKS if f"lightning.{name}" in SITES}
-)
-
-
-LIBRARIES = (
-    "torch",
-    "lightning",
-    "pytorch_lightning",
-    "lightning_fabric",
-    "lightning_utilities",
-    "torchmetrics",
-    "chaoslight",
-    "wrapt",
 )
 
 
@@ -143,42 +128,6 @@ class HangReport:
 
 
 # -- where the main thread is -------------------------------------------------------------
-@functools.cache
-def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    libraries: list[str] = []
-    for name in LIBRARIES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.submodule_search_locations:
-            libraries += [os.path.abspath(p) for p in spec.submodule_search_locations]
-    paths = sysconfig.get_paths()
-    stdlib = tuple({os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib")})
-    installed = tuple({os.path.abspath(paths[k]) for k in ("purelib", "platlib")})
-    return tuple(libraries), stdlib, installed
-
-
-def _under(path: str, roots: tuple[str, ...]) -> bool:
-    return any(path == root or path.startswith(root + os.sep) for root in roots)
-
-
-def is_library(filename: str) -> bool:
-    """True for torch, Lightning, chaoslight, wrapt and the standard library's files."""
-    if filename.startswith("<"):
-        return True
-    libraries, stdlib, installed = _roots()
-    path = os.path.abspath(filename)
-    return _under(path, libraries) or (_under(path, stdlib) and not _under(path, installed))
-
-
-def user_frame(frame: FrameType | None) -> FrameType | None:
-    """The innermost frame whose file is user code (not a library, see ``is_library``)."""
-    while frame is not None and is_library(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
-
-
 def active_engine() -> Any:
     injection = active()
     return injection.engine if injection is not None else None

@@ -1,0 +1,60 @@
+"""Which frames are the user's: not torch, Lightning, chaoslight, wrapt or the stdlib.
+
+A leaf module (no chaoslight import), so the watchdog's stack snapshots and the memory
+budget's OOM report name the user's line the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sysconfig
+from types import FrameType
+
+LIBRARIES = (
+    "torch",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "lightning_utilities",
+    "torchmetrics",
+    "chaoslight",
+    "wrapt",
+)
+
+
+@functools.cache
+def _roots() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    libraries: list[str] = []
+    for name in LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            libraries += [os.path.abspath(p) for p in spec.submodule_search_locations]
+    paths = sysconfig.get_paths()
+    stdlib = tuple({os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib")})
+    installed = tuple({os.path.abspath(paths[k]) for k in ("purelib", "platlib")})
+    return tuple(libraries), stdlib, installed
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+def is_library(filename: str) -> bool:
+    """True for torch, Lightning, chaoslight, wrapt and the standard library's files."""
+    if filename.startswith("<"):
+        return True
+    libraries, stdlib, installed = _roots()
+    path = os.path.abspath(filename)
+    return _under(path, libraries) or (_under(path, stdlib) and not _under(path, installed))
+
+
+def user_frame(frame: FrameType | None) -> FrameType | None:
+    """The innermost frame whose file is user code (not a library, see ``is_library``)."""
+    while frame is not None and is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
