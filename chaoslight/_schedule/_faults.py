@@ -7,7 +7,6 @@ schedule fails where it is written, with a message that names the field and valu
 from __future__ import annotations
 
 import builtins
-import math
 import signal as _signals  # the Crash class's accepted signals
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from chaoslight._schedule._validate import (
     RANK_WHY,
     check_bytes,
     check_choice,
+    check_duration,
     check_int,
     check_optional_bounded_int,
 )
@@ -100,11 +100,7 @@ class Delay(Fault):
     seconds: float = 0.1
 
     def _validate(self) -> None:
-        s = self.seconds
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-            raise InvalidArgument(f"seconds={s!r} must be a finite number of seconds")
-        if not 0 <= s <= MAX_DELAY_SECONDS:
-            raise InvalidArgument(f"seconds={s} must be between 0 and {MAX_DELAY_SECONDS:g}")
+        check_duration("seconds", self.seconds, MAX_DELAY_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -313,15 +309,9 @@ class Preempt(Fault):
     after: float = 0.0
 
     def _validate(self) -> None:
-        s = self.after
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-            raise InvalidArgument(f"after={s!r} must be a finite number of seconds")
-        if not 0 <= s <= MAX_PREEMPT_AFTER_S:
-            raise InvalidArgument(
-                f"after={s} must be between 0 and {MAX_PREEMPT_AFTER_S:g} seconds "
-                "(a notice later than that is a different trigger: use a later step)"
-            )
-        object.__setattr__(self, "after", float(s))
+        why = "a notice later than that is a different trigger: use a later step"
+        after = check_duration("after", self.after, MAX_PREEMPT_AFTER_S, why)
+        object.__setattr__(self, "after", after)
 
 
 FAULT_KINDS: dict[str, type[Fault]] = {

@@ -113,6 +113,17 @@ def check_seconds(name: str, value: Any, maximum: float | None = None) -> float:
     return float(value)
 
 
+def check_duration(name: str, value: Any, maximum: float, why: str = "") -> float:
+    """A finite number of seconds from 0 (at once) to ``maximum``; ``why`` says the bound."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidArgument(f"{name}={value!r} must be a finite number of seconds")
+    if not 0 <= value <= maximum:
+        raise InvalidArgument(
+            f"{name}={value} must be between 0 and {maximum:g}" + (f" ({why})" if why else "")
+        )
+    return float(value)
+
+
 def check_tolerance(name: str, value: Any) -> float:
     """A finite number that is not negative (an absolute or relative tolerance)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
