@@ -31,7 +31,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from overhead import MLP, loader
+from overhead import loader, time_fit
 
 import chaoslight
 from chaoslight import MemoryBudget, Schedule
@@ -42,29 +42,7 @@ Way = Callable[[], Any]
 def fit_workload(steps: int, data: Any) -> Callable[[Way], tuple[float, float]]:
     """Wall and CPU seconds of one ``trainer.fit`` of ``steps`` steps inside a way."""
 
-    def run(context: Way) -> tuple[float, float]:
-        torch.manual_seed(0)
-        model = MLP()
-        trainer = pl.Trainer(
-            max_steps=steps,
-            accelerator="cpu",
-            devices=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=0,
-        )
-        with context():
-            start, start_cpu = time.perf_counter(), time.process_time()
-            trainer.fit(model, data)
-            elapsed = time.perf_counter() - start, time.process_time() - start_cpu
-        if trainer.global_step != steps:
-            raise AssertionError(f"trained {trainer.global_step} steps, not {steps}")
-        return elapsed
-
-    return run
+    return lambda context: time_fit(steps, data, context)  # overhead.py's own fit
 
 
 def loop_workload(iterations: int) -> Callable[[Way], tuple[float, float]]:
