@@ -27,6 +27,7 @@ and end on the terminal; the whole of it goes to ``<test>.txt``, with ``outcome.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -234,8 +235,17 @@ def _keep_report(report: Any, recorder: _Recorder, root: Path, name: str, whole:
     cut = len(lines) - HEAD_LINES - TAIL_LINES
     note = f"... {cut} lines cut by chaoslight: the whole report is in {_file(name, '.txt')}"
     text = "\n".join([*lines[:HEAD_LINES], note, *lines[-TAIL_LINES:]])
-    report.longrepr = _CutReport(text, getattr(report.longrepr, "reprcrash", None))
+    report.longrepr = _CutReport(text, _first_line(getattr(report.longrepr, "reprcrash", None)))
     return True
+
+
+def _first_line(reprcrash: Any) -> Any:
+    """The crash summary with its message cut to the first line: pytest prints the whole
+    message in its short summary when ``CI`` is set, every rank's traceback included."""
+    if reprcrash is None or not hasattr(reprcrash, "message"):
+        return reprcrash
+    first = reprcrash.message.split("\n", 1)[0]
+    return dataclasses.replace(reprcrash, message=first)
 
 
 class _CutReport:
