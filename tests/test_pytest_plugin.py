@@ -118,10 +118,13 @@ def test_world_passes(chaos_world):
 
 
 @pytest.mark.slow
-def test_chaos_world_fixture_reports_replay_command(pytester: pytest.Pytester) -> None:
-    """chaos_world runs real 2-rank examples; a failure's report is short: the cause, the
-    schedule, the replay command and where the timeline and the whole report (every
-    rank's traceback) were written."""
+def test_chaos_world_fixture_reports_replay_command(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """chaos_world runs real 2-rank examples; a failure's report is short, on CI too (where
+    pytest's short summary is not truncated): the cause, the schedule, the replay command
+    and where the timeline and the whole report (every rank's traceback) were written."""
+    monkeypatch.setenv("CI", "1")
     target = str(Path(__file__).resolve().parent.parent / "examples" / "ddp_train.py") + ":train"
     pytester.makepyfile(test_world=WORLD_SUITE.format(target=target))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
