@@ -321,31 +321,23 @@ def test_schedule_ranks_must_exist_and_timeout_be_positive(world: World) -> None
 
 
 @pytest.mark.slow
-def test_twenty_mixed_examples_then_no_process_left() -> None:
-    """20 examples mixing every outcome are each classified right; close leaves no child."""
+def test_a_dozen_mixed_examples_then_no_process_left() -> None:
+    """12 examples mixing every outcome, each at least twice, are each classified right on
+    one reused World; close leaves no child."""
     plan = [
         ("passed", EXAMPLE, None),
         ("failed", EXAMPLE, raise_on_rank_1()),
         ("hung", target("log_at_batch_end"), drop_all_reduce()),
-        ("passed", EXAMPLE, None),
         ("crashed", EXAMPLE, crash_rank_1()),
         ("passed", target("passing"), None),
         ("failed", target("raises_at_once"), None),
         ("hung", target("stubborn"), None),
-        ("passed", EXAMPLE, None),
-        ("failed", EXAMPLE, raise_on_rank_1(step=3)),
-        ("crashed", EXAMPLE, crash_rank_1()),
         ("passed", target("leaves_a_mess"), None),
-        ("passed", EXAMPLE, None),
-        ("hung", target("log_at_batch_end"), drop_all_reduce()),
         ("failed", EXAMPLE, raise_on_rank_1(step=0)),
-        ("passed", EXAMPLE, None),
         ("crashed", EXAMPLE, crash_rank_1()),
         ("passed", target("state"), None),
-        ("failed", target("raises_at_once"), None),
         ("passed", EXAMPLE, None),
     ]
-    assert len(plan) == 20
     before = set(children())
     with World(size=2) as pool:
         sessions = set(pool.processes)
