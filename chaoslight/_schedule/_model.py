@@ -77,6 +77,11 @@ class Schedule:
     def __str__(self) -> str:
         return self.to_text()
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How Hypothesis prints a schedule (its observability lines, falsifying examples):
+        the text form, which ``Schedule.parse`` reads back."""
+        printer.text(f"Schedule.parse({self.to_text()!r})")
+
     @property
     def sites(self) -> frozenset[str]:
         return frozenset(fault.site for fault in self.faults)

@@ -210,8 +210,7 @@ class Campaign:
             for fault in schedule:
                 event(f"{fault.kind}@{fault.site}")
             verdict, outcome = self._example(schedule)
-            if outcome is not None and hasattr(outcome, "wall_s"):
-                target(float(outcome.wall_s), label="seconds the run took")
+            _observe(verdict, outcome)
             if verdict.failed:
                 self.progress.failures = 1
                 if self._first_failure_at is None:
@@ -301,3 +300,15 @@ def _first_found(error: BaseException) -> _Found | None:
             return inner
     context = error.__context__ or error.__cause__
     return context if isinstance(context, _Found) else None
+
+
+def _observe(verdict: Verdict, outcome: Any) -> None:
+    """What Hypothesis's statistics and observability lines (``HYPOTHESIS_EXPERIMENTAL_
+    OBSERVABILITY=1``) record of one run: the verdict, each rank's status, the run's time."""
+    event("verdict", "failed" if verdict.failed else "passed")
+    if verdict.known is not None:
+        event("known issue", verdict.known[0].key)  # the framework's bug, set apart
+    for result in getattr(outcome, "ranks", []):
+        event(f"rank {result.rank}", result.status)
+    if hasattr(outcome, "wall_s"):
+        target(float(outcome.wall_s), label="seconds the run took")
