@@ -285,7 +285,7 @@ def two_fits(diverge_in_second: bool = False) -> None:
     """Correct: two fits of the same length in one process, each with its own epoch 0 and
     steps from 0, the second reseeded; with ``diverge_in_second`` rank 1 edits a weight
     alone during the second fit (a bug only that fit shows)."""
-    world = _world()  # Lightning deletes WORLD_SIZE when a fit ends
+    world = _world()
     pl().seed_everything(0, verbose=False)
     model = tiny_model_class()()
     tiny_trainer(max_steps=MAX_STEPS, devices=world, strategy="ddp").fit(model, tiny_loader())

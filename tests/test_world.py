@@ -195,6 +195,16 @@ def test_passing_example_returns_each_ranks_value(world: World) -> None:
 
 
 @pytest.mark.slow
+def test_ranks_run_as_under_torchrun_so_a_second_fit_is_distributed_too(world: World) -> None:
+    """Lightning sees torchrun (TorchElasticEnvironment), which keeps WORLD_SIZE when a fit
+    ends: a second Trainer built from it runs on both ranks again, not alone."""
+    outcome = world.run(target("fit_twice_from_the_environment"), timeout=TIMEOUT)
+    assert outcome.status == "passed", outcome.report()
+    for result in outcome.ranks:
+        assert result.value == [("TorchElasticEnvironment", 2, 4)] * 2, result.value
+
+
+@pytest.mark.slow
 def test_raise_on_one_rank_fails_and_releases_the_other(world: World) -> None:
     """Rank 1 raises in training_step; rank 0, waiting in a collective, is let go at once."""
     outcome = world.run(EXAMPLE, raise_on_rank_1(), timeout=30)

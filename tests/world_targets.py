@@ -94,3 +94,17 @@ def stubborn() -> None:
             with contextlib.suppress(BaseException):
                 time.sleep(10)
     dist.barrier()
+
+
+def fit_twice_from_the_environment() -> list[tuple[str, int, int]]:
+    """Fit twice, each Trainer built from ``WORLD_SIZE`` as read then; return, per fit, the
+    cluster environment Lightning chose, the Trainer's world size and its batches."""
+    seen = []
+    for _ in range(2):
+        trainer = tiny_trainer(
+            max_steps=MAX_STEPS, devices=int(os.environ.get("WORLD_SIZE", "1")), strategy="auto"
+        )
+        trainer.fit(tiny_model_class()(), tiny_loader())
+        environment = type(trainer.strategy.cluster_environment).__name__
+        seen.append((environment, trainer.world_size, trainer.global_step))
+    return seen

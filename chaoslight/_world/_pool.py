@@ -53,13 +53,13 @@ class World:
     builds its ``Trainer(accelerator="cpu", devices=N, strategy="ddp")``, with N from the
     ``WORLD_SIZE`` environment variable (or ``torch.distributed.get_world_size()``), and
     calls ``fit``. Its return value comes back per rank (``outcome.ranks[r].value`` if it
-    pickles, ``value_repr`` always). Lightning's teardown deletes ``WORLD_SIZE``; the World
-    restores it before each example, but a target that fits twice must not rely on it.
+    pickles, ``value_repr`` always).
 
     Each rank is a worker process started once, with the variables torchrun sets (RANK,
-    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; OMP_NUM_THREADS=1
-    unless set) and a gloo process group already initialised, so Lightning treats the
-    ranks as externally launched and reuses the group: torch and Lightning are imported
+    LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID,
+    …; OMP_NUM_THREADS=1 unless set) and a gloo process group already initialised, so
+    Lightning treats the ranks as launched by torchrun (``TorchElasticEnvironment``, which
+    keeps ``WORLD_SIZE`` across fits) and reuses the group: torch and Lightning are imported
     once, and a tiny fit costs tens of milliseconds. Each example runs in a fresh working
     directory (also ``TMPDIR``), under ``inject(schedule)`` and a hang watchdog; afterwards
     the worker puts back what targets change (the working directory, environment, default

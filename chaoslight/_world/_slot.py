@@ -38,6 +38,30 @@ ROOT_VARIABLE = "CHAOSLIGHT_WORLD_ROOT"
 LAUNCHER_PREFIXES = ("SLURM_", "PMI_", "OMPI_", "TORCHELASTIC_", "CHAOSLIGHT_")
 
 
+def torchrun_variables(rank: int, size: int, address: str) -> dict[str, str]:
+    """What torchrun's agent sets for rank ``rank`` of a one-node job of ``size`` (the
+    master port comes with the store). ``TORCHELASTIC_RUN_ID`` makes Lightning choose its
+    ``TorchElasticEnvironment``, as under torchrun: that one leaves ``WORLD_SIZE`` set when
+    a fit ends (``LightningEnvironment`` deletes it, and a second Trainer would then
+    train alone)."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default",
+        "WORLD_SIZE": str(size),
+        "LOCAL_WORLD_SIZE": str(size),
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_WORLD_SIZE": str(size),
+        "MASTER_ADDR": address,
+        "TORCHELASTIC_RUN_ID": "chaoslight",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",  # the World hosts the store itself
+    }
+
+
 def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> dict[str, str]:
     """The parent's environment without any launcher's or chaoslight's variables.
 

@@ -42,7 +42,12 @@ from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
 from chaoslight._world._isolation import Baseline
 from chaoslight._world._outcome import ExceptionInfo
-from chaoslight._world._slot import PATH_VARIABLE, PRELOAD_VARIABLE, ROOT_VARIABLE
+from chaoslight._world._slot import (
+    PATH_VARIABLE,
+    PRELOAD_VARIABLE,
+    ROOT_VARIABLE,
+    torchrun_variables,
+)
 from chaoslight._world._target import Target, load_target
 from chaoslight._world._wavefront import (
     FRONT_EVERY_S,
@@ -188,13 +193,7 @@ class Worker:
         self.release()
         rank, size, gen = msg["rank"], msg["size"], msg["gen"]
         self.rank = rank
-        os.environ.update(
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(size),
-            LOCAL_WORLD_SIZE=str(size),
-            MASTER_ADDR=ADDRESS,
-        )
+        os.environ.update(torchrun_variables(rank, size, ADDRESS))
         try:
             wait = timedelta(seconds=STORE_TIMEOUT_S)
             if rank == 0:
