@@ -21,6 +21,7 @@ from chaoslight import strategies
 from chaoslight._checks import CHECKS
 from chaoslight._cli import build_parser
 from chaoslight._schedule import FAULT_KINDS, SITES
+from chaoslight._search._known import KNOWN_ISSUES
 
 ROOT = Path(__file__).resolve().parent.parent
 # [text](target) outside code: the target up to a space or ")" (titles are not used here).
@@ -86,6 +87,15 @@ def test_reference_lists_every_site(site: Path) -> None:
     """Every site of the catalogue appears on the sites page."""
     page = _page(site, "sites")
     assert [name for name in SITES if f"<code>{name}</code>" not in page] == []
+
+
+@pytest.mark.slow
+def test_reference_lists_every_known_framework_issue(site: Path) -> None:
+    """Every entry of the known-issues table has its section, reference and workaround."""
+    page = _page(site, "known-issues")
+    for issue in KNOWN_ISSUES:
+        assert f'id="{issue.key}"' in page and issue.reference.split()[0] in page, issue.key
+        assert issue.workaround[:40] in page, issue.key
 
 
 @pytest.mark.slow

@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
 from typing import Any
 
 from chaoslight._search._preemption import Delivery, deliveries
-from chaoslight._world._outcome import FAILED
+from chaoslight._world._outcome import FAILED, HUNG
 
 Version = tuple[int, ...]
 
@@ -40,7 +42,8 @@ class KnownIssue:
 
     ``versions`` is ``(first, last)``, inclusive, compared on (major, minor, patch);
     ``matches(outcome, deliveries)`` is the signature, given a run the oracle failed
-    and the SIGTERMs it delivered that the package's own handler took.
+    and the SIGTERMs it delivered that the package's own handler took (none, for an
+    issue that needs no signal).
     """
 
     key: str
@@ -91,12 +94,28 @@ def _broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
 
 def _stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
     """A signalled rank raised SIGTERMException while a peer ended otherwise."""
+    if not taken:
+        return False
     raised = {
         r.rank
         for r in outcome.ranks
         if r.status == FAILED and r.exception is not None and r.exception.type == "SIGTERMException"
     }
     return bool(raised) and len(raised) < len(outcome.ranks)
+
+
+# A faulthandler frame of Lightning's OnExceptionCheckpoint.on_exception, either flavour.
+_ON_EXCEPTION_FRAME = re.compile(
+    r"(lightning/pytorch|pytorch_lightning)/callbacks/on_exception_checkpoint\.py\", "
+    r"line \d+ in on_exception\b"
+)
+
+
+def _saved_on_exception(outcome: Any, taken: list[Delivery]) -> bool:
+    """A rank hung inside OnExceptionCheckpoint.on_exception (save_checkpoint's barrier)."""
+    return any(
+        r.status == HUNG and _ON_EXCEPTION_FRAME.search(r.stacks or "") for r in outcome.ranks
+    )
 
 
 _WORKAROUND = (
@@ -137,15 +156,37 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         workaround=_WORKAROUND,
         matches=_stopped_alone,
     ),
+    KnownIssue(
+        key="lightning-on-exception-checkpoint",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "OnExceptionCheckpoint saves from the failing rank alone: save_checkpoint's "
+            "barrier waits for peers that never come"
+        ),
+        signature=(
+            "a hang in which a rank waits in a collective called from "
+            "OnExceptionCheckpoint.on_exception (trainer.save_checkpoint's barrier) while "
+            "its peers go on training"
+        ),
+        reference="https://github.com/Lightning-AI/pytorch-lightning/issues/20187",
+        workaround=(
+            "under DDP, do not use OnExceptionCheckpoint: save from hooks every rank "
+            "reaches (ModelCheckpoint), or in your own on_exception write this rank's own "
+            "file with torch.save (no collective) and let the exception go on"
+        ),
+        matches=_saved_on_exception,
+    ),
 )
 
 
 def match_known(outcome: Any, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES) -> Any:
     """The known issue a failed run shows, as ``(issue, package, version)``, or None."""
     taken = [d for d in deliveries(outcome) if d.by_lightning]
-    if not taken:
+    found = _package_of(taken[0]) if taken else _package_in_stacks(outcome)
+    if found is None:
         return None
-    package, version = _package_of(taken[0])
+    package, version = found
     for issue in issues:
         if issue.covers(package, version) and issue.matches(outcome, taken):
             return issue, package, version
@@ -157,3 +198,31 @@ def _package_of(delivery: Delivery) -> tuple[str, str]:
     inside = delivery.handler.partition("(")[2].rstrip(")")
     package, _, version = inside.partition(" ")
     return package, version
+
+
+# A faulthandler frame in Lightning's trainer, either flavour: the folder it is installed in.
+_LIGHTNING_FRAME = re.compile(
+    r'File "(?P<site>[^"]+)/(?P<flavour>lightning/pytorch|pytorch_lightning)/'
+)
+
+
+def _package_in_stacks(outcome: Any) -> tuple[str, str] | None:
+    """The Lightning distribution whose code the hung ranks' stacks run, and its version,
+    read from that installation (the ranks' environment, which need not be this one)."""
+    for result in outcome.ranks:
+        frame = _LIGHTNING_FRAME.search(result.stacks or "")
+        if frame is not None:
+            package = (
+                "lightning" if frame["flavour"] == "lightning/pytorch" else "pytorch-lightning"
+            )
+            version = _installed_version(frame["site"], package)
+            return (package, version) if version is not None else None
+    return None
+
+
+@lru_cache(maxsize=8)
+def _installed_version(site: str, package: str) -> str | None:
+    for distribution in metadata.distributions(path=[site]):
+        if distribution.metadata["Name"].lower() == package:
+            return distribution.version
+    return None

@@ -20,6 +20,7 @@ from mkdocs.plugins import get_plugin_logger
 from chaoslight._checks import CHECKS
 from chaoslight._schedule import FAULT_KINDS, SITES, Fault, MemoryBudget, Schedule, _textform
 from chaoslight._search._failure import Failure, default_specs
+from chaoslight._search._known import KNOWN_ISSUES
 from chaoslight._sites import PATCH_POINTS
 from chaoslight._sites._lightning import FLAVOURS
 
@@ -247,10 +248,38 @@ def formats_page() -> str:
     return page("Schedule formats", intro, sections)
 
 
+def known_issues_page() -> str:
+    """Every entry of the known framework issues table, as ``fuzz`` reports it."""
+    sections = [
+        f"## {issue.key}\n\n**{inline(issue.title)}**\n\n"
+        + table(
+            ["", ""],
+            [
+                ["versions", f"{issue.package} {issue.versions[0]} to {issue.versions[1]}"],
+                ["signature", inline(issue.signature)],
+                ["workaround", inline(issue.workaround)],
+                ["reference", f"<{issue.reference.split()[0]}>"],
+            ],
+        )
+        for issue in KNOWN_ISSUES
+    ]
+    intro = (
+        "Failures Lightning itself causes. `chaoslight fuzz` prints a finding that matches "
+        'one of these once, under "known issue in <package> <version>", with its schedule, '
+        "evidence and workaround; the exit status stays 0 and the search goes on for the "
+        "program's own bugs. `--strict` (pytest: `--chaos-strict`) makes it a failure. A "
+        "finding that matches no entry is the program's, even when every frame is in "
+        "Lightning. The table lives in `chaoslight/_search/_known.py`; "
+        "`examples/known_issues/` and `examples/catalogue/preemption.py` show them."
+    )
+    return page("Known framework issues", intro, sections)
+
+
 def pages() -> dict[str, str]:
     return {
         "reference/faults.md": faults_page(),
         "reference/sites.md": sites_page(),
         "reference/checks.md": checks_page(),
         "reference/formats.md": formats_page(),
+        "reference/known-issues.md": known_issues_page(),
     }
