@@ -76,6 +76,21 @@ def no_distributed_sampler() -> None:
     _fit(use_distributed_sampler=False)
 
 
+def repeated_rows() -> None:
+    """Correct: eight distinct rows, each four times, sharded by Lightning's sampler."""
+    x = torch.arange(8.0).repeat(4).reshape(32, 1).expand(32, 4).contiguous()
+    _fit(loader=DataLoader(TensorDataset(x, x[:, :1]), batch_size=4, shuffle=True))
+
+
+def fixed_rank_sampler() -> None:
+    """Bug: a DistributedSampler built by hand with rank=0 on every rank."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    data = tiny_loader().dataset
+    sampler = DistributedSampler(data, num_replicas=_world(), rank=0)
+    _fit(loader=DataLoader(data, batch_size=4, sampler=sampler), use_distributed_sampler=False)
+
+
 def nan_loss_on_rank_1() -> None:
     """Bug: rank 1 takes the log of zero at step 2."""
 

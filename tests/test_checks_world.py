@@ -78,6 +78,19 @@ def test_disjoint_shards_catches_missing_distributed_sampler(world: World) -> No
     ).violations
 
 
+def test_disjoint_shards_judges_samples_by_the_samplers_lightning_built(world: World) -> None:
+    """Rows repeated in the data set pass under Lightning's DistributedSampler; a sampler
+    built by hand with rank=0 on every rank is named, part by part."""
+    repeated = world.run(
+        target("repeated_rows"), Schedule(), timeout=TIMEOUT, checks=[DisjointShards()]
+    )
+    assert repeated.passed, repeated.report()
+    fixed = world.run(
+        target("fixed_rank_sampler"), Schedule(), timeout=TIMEOUT, checks=[DisjointShards()]
+    )
+    assert "rank 0: part 0 of 2, rank 1: part 0 of 2" in str(only(fixed, "disjoint-shards"))
+
+
 def test_finite_loss_and_grads_name_rank_and_step(world: World) -> None:
     """A log(0) on rank 1 at step 2 is reported on rank 1 at step 2 by both finite checks."""
     outcome = world.run(
