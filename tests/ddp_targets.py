@@ -91,6 +91,26 @@ def fixed_rank_sampler() -> None:
     _fit(loader=DataLoader(data, batch_size=4, sampler=sampler), use_distributed_sampler=False)
 
 
+def backbone_finetuning() -> None:
+    """Lightning's BackboneFinetuning unfreezes a backbone DDP was built without (#20340):
+    its gradients are never all-reduced and the replicas part."""
+
+    class WithBackbone(tiny_model_class()):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.backbone = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(self.backbone(x))
+
+        def configure_optimizers(self) -> Any:
+            trainable = [p for p in self.parameters() if p.requires_grad]
+            return torch.optim.SGD(trainable, lr=0.1)
+
+    finetuning = pl().callbacks.BackboneFinetuning(unfreeze_backbone_at_epoch=1)
+    _fit(WithBackbone(), max_steps=8, callbacks=[finetuning])
+
+
 def nan_loss_on_rank_1() -> None:
     """Bug: rank 1 takes the log of zero at step 2."""
 

@@ -91,6 +91,17 @@ def test_disjoint_shards_judges_samples_by_the_samplers_lightning_built(world: W
     assert "rank 0: part 0 of 2, rank 1: part 0 of 2" in str(only(fixed, "disjoint-shards"))
 
 
+def test_a_parameter_unfrozen_after_ddp_was_built_is_named_as_the_cause(world: World) -> None:
+    """BackboneFinetuning unfreezes a backbone DDP never syncs: replicas-in-sync names the
+    frozen-at-wrap parameter as the cause, with Lightning's issue."""
+    outcome = world.run(
+        target("backbone_finetuning"), Schedule(), timeout=TIMEOUT, checks=[ReplicasInSync()]
+    )
+    violation = only(outcome, "replicas-in-sync")
+    assert "'backbone." in violation.message  # type: ignore[attr-defined]
+    assert "#20340" in violation.cause  # type: ignore[attr-defined]
+
+
 def test_finite_loss_and_grads_name_rank_and_step(world: World) -> None:
     """A log(0) on rank 1 at step 2 is reported on rank 1 at step 2 by both finite checks."""
     outcome = world.run(

@@ -100,6 +100,12 @@ class ReplicasInSync(Check):
         "a weight edited on one rank only (a @rank_zero_only callback, an update outside "
         "the optimizer) or a skipped gradient sync"
     )
+    frozen_cause = (
+        "a parameter that did not require grad when DDP wrapped the model, trained later: "
+        "DDP all-reduces only the gradients of the parameters that required grad when it "
+        "was built (Lightning's BackboneFinetuning unfreezes this way: Lightning issue "
+        "#20340). Unfreeze before fit, or freeze by zeroing the learning rate instead"
+    )
 
     def __init__(self, atol: float = 0.0, buffers: bool = False) -> None:
         self.atol = check_tolerance("atol", atol)
@@ -114,6 +120,12 @@ class ReplicasInSync(Check):
         def on_fit_start(self: Any, trainer: Any, module: Any) -> None:
             fits[0] += 1
 
+        def on_train_start(self: Any, trainer: Any, module: Any) -> None:
+            # DDP is built by now: what is frozen here gets no gradient sync, ever.
+            frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+            if frozen and trainer.world_size > 1:
+                observe(check.name, trainer, {"fit": fits[0], "frozen": frozen})
+
         def on_train_batch_end(self: Any, trainer: Any, module: Any, *args: Any) -> None:
             if trainer.world_size < 2:
                 return  # one replica: nothing to compare, nothing to pay
@@ -125,24 +137,34 @@ class ReplicasInSync(Check):
             facts = {"fit": fits[0], "names": names, "sums": sums, "sizes": sizes}
             observe(check.name, trainer, facts)
 
-        hooks = {"on_fit_start": on_fit_start, "on_train_batch_end": on_train_batch_end}
+        hooks = {
+            "on_fit_start": on_fit_start,
+            "on_train_start": on_train_start,
+            "on_train_batch_end": on_train_batch_end,
+        }
         return observer_class("ReplicasInSyncObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         by_step: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+        frozen: dict[int, set[str]] = defaultdict(set)  # by fit: frozen when DDP was built
         for event, facts in evidence.observations(self.name):
+            if "frozen" in facts:
+                frozen[int(facts.get("fit", 0))].update(facts["frozen"])
+                continue
             key = (int(facts.get("fit", 0)), -1 if event.step is None else event.step)
             by_step[key].setdefault(event.rank, facts)
         for fit, step in sorted(by_step):
             ranks = by_step[(fit, step)]
             if len(ranks) < 2:
                 continue
-            violation = self._compare(None if step < 0 else step, ranks)
+            violation = self._compare(None if step < 0 else step, ranks, frozen[fit])
             if violation is not None:
                 return [violation]
         return []
 
-    def _compare(self, step: int | None, ranks: dict[int, dict[str, Any]]) -> Violation | None:
+    def _compare(
+        self, step: int | None, ranks: dict[int, dict[str, Any]], frozen: set[str]
+    ) -> Violation | None:
         base_rank = min(ranks)
         base = ranks[base_rank]
         for rank in sorted(ranks):
@@ -162,7 +184,7 @@ class ReplicasInSync(Check):
                     f"after the optimizer step (largest checksum difference {largest:.3g})",
                     rank=rank,
                     step=step,
-                    cause=self.cause,
+                    cause=self.frozen_cause if name in frozen else self.cause,
                 )
         return None
 
