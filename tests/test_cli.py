@@ -374,3 +374,21 @@ def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
     campaign.on_progress = lambda progress: counts.append(progress.failures)
     campaign.execute()
     assert failing_runs > 2 and max(counts) == 1 and counts[-1] == 1
+
+
+@pytest.mark.slow
+def test_a_check_that_raises_while_judging_is_an_internal_error_not_a_finding(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug in a check's judge ends the command with exit 3 and the check named: never
+    exit 1 (a finding), never a bare traceback alone."""
+
+    def broken(self: Any, evidence: Any) -> Any:
+        raise KeyError("rows")
+
+    monkeypatch.setattr(chaoslight.checks.DisjointShards, "judge", broken)
+    target = f"{Path(__file__).resolve().parent.parent}/examples/ddp_train.py:train"
+    assert main(["check", target, "--timeout", "30"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("chaoslight: INTERNAL ERROR of chaoslight: CheckJudgeError: ")
+    assert "check 'disjoint-shards' raised while judging: KeyError: 'rows'" in err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from chaoslight._cli import _catalogue, _fuzz, _run
@@ -52,6 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE_STATUS
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # chaoslight's own bug: say so, keep the traceback for a report
+        print(
+            f"chaoslight: INTERNAL ERROR of chaoslight: {type(exc).__name__}: {exc} "
+            "(not a finding about your program; please report it with the traceback below)",
+            file=sys.stderr,
+        )
+        traceback.print_exc(file=sys.stderr)
+        return _fuzz.EXIT_INTERNAL
 
 
 def entry() -> None:

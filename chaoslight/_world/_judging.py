@@ -12,6 +12,10 @@ from chaoslight._runtime._protocol import judge_check
 from chaoslight._world._outcome import FAILED, PASSED, Outcome
 
 
+class CheckJudgeError(RuntimeError):
+    """A check's judge raised: a bug in that check, never a finding about the program."""
+
+
 def evidence_of(outcome: Outcome) -> Evidence:
     """What the checks see of an outcome: all ranks' events, how each rank ended."""
     views = {}
@@ -41,9 +45,15 @@ def judge(
     violations: list[Violation] = []
     evidence = evidence_of(outcome)
     for check in checks:
-        violations += judge_check(
-            check, evidence, lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
-        )
+        try:
+            violations += judge_check(
+                check, evidence, lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
+            )
+        except Exception as exc:  # the check's own bug, named: not a verdict on the program
+            name = getattr(check, "name", type(check).__name__)
+            raise CheckJudgeError(
+                f"check {name!r} raised while judging: {type(exc).__name__}: {exc}"
+            ) from exc
     failing = [v for v in violations if not getattr(v, "warning", False)]
     status = FAILED if failing and outcome.status == PASSED else outcome.status
     return replace(outcome, status=status, violations=tuple(violations))
