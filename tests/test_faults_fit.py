@@ -571,3 +571,32 @@ def test_chaos_callback_never_masks_the_fits_error() -> None:
         assert "RuntimeError: check exit failed" in "".join(caught.value.__notes__)
     assert chaoslight._runtime._inject.active() is None
     assert changed(before, patched_attributes()) == []
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_manual_backward_goes_through_the_backward_site(flavour: str) -> None:
+    """Under manual optimization Lightning's manual_backward bypasses the strategy-hook
+    dispatcher; an OOM at lightning.backward still fires there, at the step named."""
+
+    class Manual(pl(flavour).LightningModule):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            self.manual_backward(torch.nn.functional.mse_loss(self.layer(x), y))
+            optimizer.step()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    with (
+        pytest.raises(torch.OutOfMemoryError),
+        chaoslight.inject("oom@lightning.backward step=2") as run,
+    ):
+        fit(Manual(), flavour)
+    assert where(run) == [("lightning.backward", 0, 2, 3)]

@@ -112,7 +112,10 @@ def _build() -> dict[str, SiteInfo]:
             "try/except around the forward pass catches",
             frozenset({RESULT}),
         ),
-        SiteInfo("lightning.backward", "the strategy's backward of the loss"),
+        SiteInfo(
+            "lightning.backward",
+            "the strategy's backward of the loss (automatic optimization, and manual_backward)",
+        ),
         SiteInfo("lightning.optimizer_step", "the LightningModule's optimizer_step hook"),
         SiteInfo("lightning.save_checkpoint", "the strategy writing a checkpoint"),
         SiteInfo("lightning.load_checkpoint", "the strategy reading a checkpoint to resume"),

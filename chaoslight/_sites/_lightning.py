@@ -4,7 +4,8 @@ Lightning's loops reach the user's code through three dispatchers in
 ``<pkg>.trainer.call``, always looked up as module attributes (``call._call_...``), so
 wrapping those names intercepts every step, hook and callback, whichever strategy runs:
 
-- ``_call_strategy_hook``: training/validation/test/predict_step and backward;
+- ``_call_strategy_hook``: training/validation/test/predict_step and backward (and
+  ``LightningModule.manual_backward``, which bypasses it);
 - ``_call_callback_hooks``: every hook Lightning dispatches to callbacks;
 - ``_call_lightning_module_hook``: optimizer_step and the module-only hooks.
 """
@@ -191,6 +192,15 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "__call__",
         _forward_wrapper,
         sites=frozenset({"lightning.forward"}),
+    ),
+    LightningPoint(
+        # Manual optimization's backward goes straight to strategy.backward, not through
+        # _call_strategy_hook: without this point lightning.backward never fires there.
+        "lightning:manual_backward",
+        _paths("core.module:LightningModule"),
+        "manual_backward",
+        site_wrapper("lightning.backward", RESULT_BEHAVIOUR),
+        sites=frozenset({"lightning.backward"}),
     ),
     LightningPoint(
         "lightning:save_checkpoint",
