@@ -108,3 +108,22 @@ def test_a_delay_is_shortened_to_a_clear_step_past_its_threshold() -> None:
     shortened = shorten_delays(schedule, lambda s: s.faults[0].seconds >= 0.25)
     assert shortened.faults[0].seconds == 0.5
     assert shorten_delays(schedule, lambda s: s.faults[0].seconds >= 3) == schedule
+
+
+def test_progress_names_each_phase_as_the_campaign_enters_it() -> None:
+    """The live display says baseline for the two empty runs, then generating, then the
+    phases of a failure: never 'baseline' while faults are being tried."""
+    runner = Scripted(lambda s, n: has_oom(s))
+    seen: list[tuple[str, int]] = []
+    Campaign(
+        runner,
+        STRATEGY,
+        max_examples=200,
+        seed=1,
+        replays=1,
+        on_progress=lambda progress: seen.append((progress.phase, progress.examples)),
+    ).execute()
+    phases = [phase for phase, _ in seen]
+    assert seen[:4] == [("baseline", 0), ("baseline", 1), ("baseline", 2), ("generating", 2)]
+    assert all(phase != "baseline" for phase, examples in seen if examples > 2)
+    assert "shrinking" in phases or "minimising" in phases

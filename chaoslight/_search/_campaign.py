@@ -118,6 +118,7 @@ class Campaign:
             verdict, outcome = failing[0]
             other = runs[1] if failing[0] is runs[0] else runs[0]
             return self._finish(BASELINE, Schedule(), verdict, outcome, started, [other[0]])
+        self._phase("generating")  # the database's failures, the probes, then the search
         found = self._known_failure() or self._probe() or self._search()
         if found is None:
             wall = time.monotonic() - started
