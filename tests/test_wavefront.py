@@ -14,6 +14,7 @@ import pytest
 import chaoslight
 from chaoslight._runtime import PROGRESS_SITES, inject
 from chaoslight._world import World
+from chaoslight._world._outcome import cause_first
 from chaoslight._world._wavefront import (
     BLOCKED_S,
     CONFIRM_S,
@@ -202,6 +203,19 @@ def test_a_barrier_on_one_rank_is_reported_at_the_wavefront(world: World) -> Non
     assert all("Thread" in r.stacks for r in outcome.ranks)
     assert world.pids == pids  # released by the World, not killed
     assert world.run(EXAMPLE, timeout=TIMEOUT).passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("culprit", [0, 1])
+def test_the_rank_hung_in_the_programs_own_collective_is_named_first(
+    world: World, culprit: int
+) -> None:
+    """Of two ranks hung in different collectives, the one in a collective the program
+    issued (its hook's barrier) leads the report, not Lightning's per-batch broadcast."""
+    outcome = world.run(target(f"export_on_rank_{culprit}"), timeout=TIMEOUT)
+    assert outcome.status == "hung", outcome.report()
+    assert [r.in_own_collective for r in outcome.ranks] == [r == culprit for r in (0, 1)]
+    assert cause_first(outcome).startswith(f"rank {culprit} waits in dist.barrier #")
 
 
 @pytest.mark.slow

@@ -35,8 +35,10 @@ def _fit(model: Any = None) -> Any:
 class ExportOnRankZero(tiny_model_class()):  # type: ignore[misc]
     """Bug: rank 0 exports after batch 1 behind a barrier no other rank reaches."""
 
+    exporter = 0
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.trainer.global_rank == 0 and batch_idx == 1:
+        if self.trainer.global_rank == self.exporter and batch_idx == 1:
             self._export()
 
     def _export(self) -> None:
@@ -46,6 +48,15 @@ class ExportOnRankZero(tiny_model_class()):  # type: ignore[misc]
 def export_on_rank_0() -> None:
     """A barrier on rank 0 only, inside fit: rank 1 waits in Lightning's broadcast."""
     _fit(ExportOnRankZero())
+
+
+def export_on_rank_1() -> None:
+    """The same bug on rank 1: rank 0 waits in Lightning's broadcast."""
+
+    class ExportOnRankOne(ExportOnRankZero):
+        exporter = 1
+
+    _fit(ExportOnRankOne())
 
 
 def barrier_against_all_reduce() -> None:

@@ -234,6 +234,7 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
     """One rank's result from what the parent saw: a result message, a kill, or a death."""
     seen = watch.hang or watch.snapshot or {}
     line, stacks = seen.get("line") or "", seen.get("stacks") or ""
+    own = watch.front is not None and watch.front.by_program
     if watch.result is not None:
         msg = watch.result
         error = msg.get("exception")
@@ -248,11 +249,18 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
             output=output,
             pid=slot.pid,
             ended_s=watch.ended_s,
+            in_own_collective=own,
         )
     if watch.killed:
         line = line or f"rank {slot.rank} did not come back after the hang"
         return RankResult(
-            slot.rank, HUNG, evidence=line + "; killed", stacks=stacks, output=output, pid=slot.pid
+            slot.rank,
+            HUNG,
+            evidence=line + "; killed",
+            stacks=stacks,
+            output=output,
+            pid=slot.pid,
+            in_own_collective=own,
         )
     code = slot.reap()
     signum = -code if code is not None and code < 0 else None

@@ -82,6 +82,9 @@ class RankResult:
     output: str = ""
     pid: int = 0
     ended_s: float | None = None  # when the parent heard the rank end, from the example start
+    # Hung in a collective the program's own code issued (a hook's save_checkpoint, a
+    # rank-conditional barrier), not one of Lightning's loops: the likely cause of a hang.
+    in_own_collective: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,13 +175,18 @@ class Outcome:
 
 
 def ordered_by_cause(ranks: tuple[RankResult, ...]) -> list[RankResult]:
-    """Causes first (ranks that failed, hung or crashed, earliest first), then consequences
-    (ranks released by a peer), then ranks that passed."""
+    """Causes first (ranks that failed or crashed, earliest first; then hung ranks, those
+    hung in a collective of the program's own first), then consequences (ranks released
+    by a peer), then ranks that passed. A hung rank's end is when it was killed, which
+    says nothing of the cause."""
+    groups = {FAILED: 0, CRASHED: 0, HUNG: 1, RELEASED: 2}
 
-    def key(result: RankResult) -> tuple[int, float, int]:
-        group = 2 if result.status == PASSED else 1 if result.status == RELEASED else 0
+    def key(result: RankResult) -> tuple[int, int, float, int]:
+        group = groups.get(result.status, 3)
         when = result.ended_s if result.ended_s is not None else float("inf")
-        return (group, when, result.rank)
+        if result.status == HUNG:
+            return (group, 0 if result.in_own_collective else 1, 0.0, result.rank)
+        return (group, 0, when, result.rank)
 
     return sorted(ranks, key=key)
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from chaoslight._runtime._frames import is_library
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._schedule._catalog import COLLECTIVES
 
@@ -73,6 +74,7 @@ class Front:
     step: int | None
     blocked_s: float
     caller: str = ""  # "_broadcast_sigterm_tensor at training_epoch_loop.py:265"
+    by_program: bool = False  # issued by the program's own code, not Lightning's loops
 
     def describe(self) -> str:
         """``collective #9, dist.broadcast from _broadcast_sigterm_tensor at loop.py:265``."""
@@ -87,6 +89,7 @@ class Front:
             "step": self.step,
             "blocked_s": round(self.blocked_s, 3),
             "caller": self.caller,
+            "by_program": self.by_program,
         }
 
     @classmethod
@@ -101,6 +104,7 @@ class Front:
                 doc.get("step"),
                 float(doc["blocked_s"]),
                 str(doc.get("caller") or ""),
+                bool(doc.get("by_program", False)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -134,6 +138,7 @@ class Tracker:
         self.since = self.at = time.monotonic()
         self.cpu = self._cpu()
         self.caller = ""
+        self.by_program = False
 
     def look(self) -> Front | None:
         """The collective the main thread is blocked in now, or None. Never raises: it runs
@@ -158,9 +163,9 @@ class Tracker:
             self.key, self.since, self.caller = key, now, ""
             return None
         if not self.caller:
-            self.caller = caller_of(frame)
+            self.caller, self.by_program = caller_of(frame), issued_by_program(frame)
         site, seq, call, step = key
-        return Front(site, seq, call, step, now - self.since, self.caller)
+        return Front(site, seq, call, step, now - self.since, self.caller, self.by_program)
 
     def _key(self, frame: FrameType | None) -> tuple[str, int, int, int | None] | None:
         engine = active_engine()
@@ -215,6 +220,25 @@ def caller_of(frame: FrameType | None) -> str:
             return f"{frame.f_code.co_name} at {Path(filename).name}:{frame.f_lineno}"
         frame = frame.f_back
     return ""
+
+
+def issued_by_program(frame: FrameType | None) -> bool:
+    """Whether the program's own code issued the collective: going outwards from it, a
+    frame of the user's comes before any of Lightning's loops (a hook or step that calls
+    ``save_checkpoint``, ``self.log(sync_dist=True)`` or ``dist.barrier``), rather than a
+    loop's own per-batch collective. Of ranks hung in different collectives, the one in
+    the program's is the likely cause."""
+    loops = tuple(
+        _folder(f"{flavour}.loops") for flavour in ("lightning.pytorch", "pytorch_lightning")
+    )
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(loops):
+            return False
+        if not is_library(filename):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _socket_inodes() -> dict[int, int]:
