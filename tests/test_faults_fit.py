@@ -600,3 +600,27 @@ def test_manual_backward_goes_through_the_backward_site(flavour: str) -> None:
     ):
         fit(Manual(), flavour)
     assert where(run) == [("lightning.backward", 0, 2, 3)]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_datamodules_setup_goes_through_the_setup_site(flavour: str) -> None:
+    """Lightning calls a LightningDataModule's hooks through their own dispatcher, before
+    the callbacks' setup: lightning.setup's first call is the datamodule's."""
+    ran: list[str] = []
+
+    class Data(pl(flavour).LightningDataModule):  # type: ignore[misc, name-defined]
+        def setup(self, stage: str) -> None:
+            ran.append(stage)
+
+        def train_dataloader(self) -> Any:
+            return tiny_loader()
+
+    with (
+        pytest.raises(OSError, match="No space left"),
+        chaoslight.inject(Raise(ENOSPC, site="lightning.setup", nth=1)) as run,
+    ):
+        tiny_trainer(flavour, max_steps=2).fit(tiny_model(flavour), datamodule=Data())
+    assert ran == [] and [e.site for e in run.fired()] == ["lightning.setup"]
+    with chaoslight.inject(Schedule()) as clean:
+        tiny_trainer(flavour, max_steps=2).fit(tiny_model(flavour), datamodule=Data())
+    assert ran == ["fit"] and clean.fired() == []

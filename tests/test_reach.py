@@ -7,7 +7,7 @@ import json
 
 import pytest
 from chaoslight.strategies import schedules
-from helpers import fit, tiny_model_class
+from helpers import fit, pl, tiny_model_class
 from hypothesis import HealthCheck, given, settings
 
 import chaoslight
@@ -92,6 +92,18 @@ def test_user_sites_are_the_hooks_the_users_classes_define() -> None:
     assert "lightning.on_validation_epoch_end" not in found
 
 
+def test_a_datamodules_own_setup_is_a_user_site() -> None:
+    """A LightningDataModule's setup (where rank 0 often writes a file the others read) is
+    the user's code too."""
+
+    class Data(pl().LightningDataModule):  # type: ignore[misc, name-defined]
+        def setup(self, stage: str) -> None:
+            pass
+
+    assert "lightning.setup" not in user_sites(tiny_model_class()(), [])
+    assert "lightning.setup" in user_sites(tiny_model_class()(), [], Data())
+
+
 def test_a_real_fit_records_its_reach_over_the_whole_run() -> None:
     """In a real fit the recorder sees every step of every epoch and the epoch-end hook."""
     with chaoslight.inject(checks=[ReachRecorder()]) as run:
@@ -115,3 +127,17 @@ def test_coverage_counts_the_reached_points_faults_were_put_on() -> None:
     assert (summary.reached, summary.tried, summary.examples) == (5, 1, 3)
     assert summary.kinds == {"oom": 1, "delay": 1}
     assert summary.line().startswith("explored: faults at 1 of 5 reached (site, step) points")
+
+
+def test_probes_slow_each_ranks_write_and_fill_its_disk() -> None:
+    """At a reached torch.save, each rank gets a 1 s straggler (a reader that does not
+    wait for the writer) and a full disk; a torch.load gets only the full disk."""
+    reach = Reach(points=(("torch.save", 3), ("torch.load", 3)))
+    texts = [str(schedule) for schedule in reach.probes(2, ["delay", "raise"])]
+    for rank in (0, 1):
+        assert f"delay@torch.save rank={rank} step=3 seconds=1.0" in texts
+        full = f"raise@torch.save rank={rank} step=3 exception=OSError"
+        assert any(text.startswith(full) for text in texts)
+        assert not any(t.startswith(f"delay@torch.load rank={rank}") for t in texts)
+    no_delay = Reach(points=(("torch.save", 3),)).probes(2, ["raise"])
+    assert not any(str(schedule).startswith("delay@") for schedule in no_delay)

@@ -29,11 +29,13 @@ def _own(klass: type, name: str) -> bool:
     return False
 
 
-def user_sites(module: Any, callbacks: list[Any]) -> list[str]:
-    """The Lightning sites whose hook or step the user's module or callbacks implement."""
+def user_sites(module: Any, callbacks: list[Any], datamodule: Any = None) -> list[str]:
+    """The Lightning sites whose hook or step the user's module, callbacks or datamodule
+    implement."""
     names = set(LIGHTNING_HOOKS) | set(LIGHTNING_STEPS) | {"forward", "backward"}
     found = set()
-    for owner in [module, *callbacks]:
+    owners = [module, *callbacks, *([datamodule] if datamodule is not None else [])]
+    for owner in owners:
         for name in names:
             if _own(type(owner), name) and f"lightning.{name}" in SITES:
                 found.add(f"lightning.{name}")
@@ -55,7 +57,8 @@ class Reach(Check):
             if engine is None:
                 return
             steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
-            facts = {"steps": steps, "user": user_sites(module, list(trainer.callbacks))}
+            user = user_sites(module, list(trainer.callbacks), trainer.datamodule)
+            facts = {"steps": steps, "user": user}
             observe(check.name, trainer, facts)
 
         return observer_class("ReachObserver", {"on_fit_end": on_fit_end})()

@@ -103,7 +103,9 @@ class Reach:
         - a long straggler at each step of each user hook that is not per batch — the
           races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
           next epoch's start);
-        - a full disk (``OSError(28)``) at each ``torch.save``/``torch.load``;
+        - a slow write (the same straggler) and a full disk (``OSError(28)``) at each
+          ``torch.save``, a full disk at each ``torch.load``: a peer that reads what a
+          rank writes without waiting for it;
         - an OOM in the forward (or the training step) at the first step, on each rank and
           then on every rank at once (the same batch runs out everywhere): the OOM handlers
           that recover on one rank only, or only when one rank does;
@@ -123,9 +125,8 @@ class Reach:
             ][:MAX_SAVE_CRASHES]
         for site, step in self.points:
             for rank in range(world_size):
-                fault = _probe(site, rank, step, self.user, set(kinds))
-                if fault is not None:
-                    found.append(Schedule([fault]))
+                faults = _probes_at(site, rank, step, self.user, set(kinds))
+                found += [Schedule([fault]) for fault in faults]
         return found[:MAX_PROBES]
 
     def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
@@ -204,14 +205,18 @@ class Space:
         )
 
 
-def _probe(
+def _probes_at(
     site: str, rank: int, step: int | None, user: frozenset[str], kinds: set[str]
-) -> Fault | None:
-    if site in user and not site.endswith(PER_BATCH) and "delay" in kinds:
-        return Delay(PROBE_SECONDS, site=site, rank=rank, step=step)
+) -> list[Fault]:
+    found: list[Fault] = []
+    slow = (site in user and not site.endswith(PER_BATCH)) or site == "torch.save"
+    if slow and "delay" in kinds:  # a straggler; at a save, a slow write its readers race
+        found.append(Delay(PROBE_SECONDS, site=site, rank=rank, step=step))
     if site in ("torch.save", "torch.load") and "raise" in kinds:
-        return Raise("OSError", (28, "No space left on device"), site=site, rank=rank, step=step)
-    return None
+        found.append(
+            Raise("OSError", (28, "No space left on device"), site=site, rank=rank, step=step)
+        )
+    return found
 
 
 def _meaningful(site: str, user: frozenset[str]) -> bool:

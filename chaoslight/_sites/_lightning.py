@@ -7,7 +7,9 @@ wrapping those names intercepts every step, hook and callback, whichever strateg
 - ``_call_strategy_hook``: training/validation/test/predict_step and backward (and
   ``LightningModule.manual_backward``, which bypasses it);
 - ``_call_callback_hooks``: every hook Lightning dispatches to callbacks;
-- ``_call_lightning_module_hook``: optimizer_step and the module-only hooks.
+- ``_call_lightning_module_hook``: optimizer_step and the module-only hooks;
+- ``_call_lightning_datamodule_hook``: a LightningDataModule's setup, teardown and
+  on_exception, at the same hook sites.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ STRATEGY_SITES = {name: f"lightning.{name}" for name in LIGHTNING_STEPS} | {
 CALLBACK_SITES = {hook: f"lightning.{hook}" for hook in CALLBACK_HOOKS}
 # Callbacks get on_save/on_load_checkpoint through _call_callbacks_on_*_checkpoint, not
 # _call_callback_hooks: the module's call is the one dispatcher that names them.
+# A LightningDataModule's hooks come through their own dispatcher (its setup runs before
+# the callbacks' and the module's): they are the same hook sites.
+DATAMODULE_SITES = {hook: f"lightning.{hook}" for hook in ("setup", "teardown", "on_exception")}
 MODULE_SITES = {hook: f"lightning.{hook}" for hook in MODULE_ONLY_HOOKS} | {
     "optimizer_step": "lightning.optimizer_step",
     "on_save_checkpoint": "lightning.on_save_checkpoint",
@@ -183,6 +188,13 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "_call_lightning_module_hook",
         _dispatcher_wrapper(MODULE_SITES, Behaviour()),
         sites=frozenset(MODULE_SITES.values()),
+    ),
+    LightningPoint(
+        "lightning:datamodule_hooks",
+        _paths("trainer.call"),
+        "_call_lightning_datamodule_hook",
+        _dispatcher_wrapper(DATAMODULE_SITES, Behaviour()),
+        sites=frozenset(DATAMODULE_SITES.values()),
     ),
     LightningPoint(
         # nn.Module.__call__ is looked up on the type; defining it on LightningModule

@@ -128,6 +128,8 @@ INTERNALS: tuple[Internal, ...] = (
     _call("_call_strategy_hook", "the step and backward sites"),
     _call("_call_callback_hooks", "the hook sites"),
     _call("_call_lightning_module_hook", "the optimizer_step and module hook sites"),
+    _call("_call_lightning_datamodule_hook", "a datamodule's setup/teardown at the hook sites"),
+    Internal("core.module:LightningModule.manual_backward", "lightning.backward, manually"),
     Internal("strategies.strategy:Strategy.save_checkpoint", "lightning.save_checkpoint"),
     Internal("strategies.strategy:Strategy.load_checkpoint", "lightning.load_checkpoint"),
     Internal(
