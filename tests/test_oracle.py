@@ -197,3 +197,38 @@ def test_a_never_firing_fault_is_reported_in_process_with_where_its_site_ran() -
     assert "0 fault firings; 2 faults never fired" in report
     assert "lightning.forward was reached on rank 0 at steps 0, 1, 2" in report
     assert "dist.barrier was never reached on rank 0" in report
+
+
+def observed(rank: int, step: int) -> Event:
+    return Event("observation", "replicas-in-sync", rank, step, 1.0, 1.0, "", 0, "{}")
+
+
+def test_a_hang_after_a_caught_injected_error_leads_with_the_catch() -> None:
+    """Rank 0 caught its OOM and went on; the hang that follows is its consequence."""
+    oom = "oom@lightning.forward rank=0 step=0"
+    verdict = judge(outcome([hung(0), hung(1)], [fired(0, oom, step=0)]))
+    assert verdict.failed and verdict.rule == HANG_RULE
+    assert verdict.reason.startswith(f"rank 0 caught the injected {oom} and went on")
+    assert "rank 0 waits in dist.all_reduce #4" in verdict.reason
+    assert "Usual cause: an error caught on one rank only" in verdict.reason
+
+
+def test_a_rank_that_returned_while_its_peer_waits_is_named_first() -> None:
+    """Rank 1 left after step 3 while rank 0 waits at step 4: the steps and the usual cause
+    (different numbers of batches, a rank-local stop) lead."""
+    events = [observed(0, 3), observed(0, 4), observed(1, 3)]
+    verdict = judge(outcome([hung(0), passed(1)], events))
+    assert verdict.reason.startswith(
+        "rank 1 returned (its last step 3) while rank 0 (at step 4) still waits for it"
+    )
+    assert "trainer.should_stop" in verdict.reason
+
+
+def test_a_hang_in_the_programs_own_collective_says_what_usually_causes_it() -> None:
+    """A rank waiting in a collective its own hook issued: a collective run on some ranks."""
+    own = RankResult(0, "hung", evidence="rank 0 waits in dist.barrier #8", in_own_collective=True)
+    verdict = judge(outcome([own, hung(1)]))
+    assert verdict.reason.startswith("rank 0 waits in dist.barrier #8")
+    assert "Usual cause: a collective, or a Lightning call that contains one" in verdict.reason
+    plain = judge(outcome([hung(0), hung(1)]))
+    assert "Usual cause" not in plain.reason

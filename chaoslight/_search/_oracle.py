@@ -28,6 +28,7 @@ from chaoslight._schedule import (
     ReorderReduction,
     fault_from_text,
 )
+from chaoslight._search._hangs import hang_reason
 from chaoslight._search._known import match_known
 from chaoslight._search._preemption import (
     PREEMPT_RULE,
@@ -209,7 +210,7 @@ def _judge_one(outcome: Any) -> Verdict:
     if hard_kinds == {"preempt"}:  # a hang after a preemption may be Lightning's own bug
         return _preempted(outcome, fired, deliveries(outcome), base)
     if outcome.status == HUNG:
-        return Verdict(True, cause_first(outcome), rule=HANG_RULE, **base)
+        return Verdict(True, hang_reason(outcome, fired), rule=HANG_RULE, **base)
     if SEVERITY[worst] == DESYNC:
         return Verdict(False, "", rule=HANG_RULE, **base)
     return _hard(outcome, fired, base)
@@ -222,7 +223,7 @@ def _preempted(
     that met no handler ended its rank as a crash does, and is judged as one."""
     if by_default_action(delivered):
         if outcome.status == HUNG:
-            return Verdict(True, cause_first(outcome), rule=HANG_RULE, **base)
+            return Verdict(True, hang_reason(outcome, fired), rule=HANG_RULE, **base)
         return _hard(outcome, fired, base)
     finding = preemption_finding(outcome, delivered)
     if finding is not None:
@@ -237,7 +238,9 @@ def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
     warnings = tuple(str(v) for v in outcome.violations if getattr(v, "warning", False))
     base = {**base, "notes": (*base["notes"], *warnings)}
     if any(r.status != PASSED for r in outcome.ranks):
-        return Verdict(True, cause_first(outcome), rule=rule, violations=violations, **base)
+        hung = outcome.status == HUNG
+        reason = hang_reason(outcome, []) if hung else cause_first(outcome)
+        return Verdict(True, reason, rule=rule, violations=violations, **base)
     if violations:
         return Verdict(True, str(violations[0]), rule=rule, violations=violations, **base)
     return Verdict(False, "", rule=rule, **base)

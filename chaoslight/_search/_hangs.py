@@ -1,0 +1,100 @@
+"""What a hang's verdict says: the cause first, then where each rank waits, then the usual
+cause of that shape of hang.
+
+A hang is the consequence; its cause is often a rank that is not waiting at all. Three
+shapes are told apart from facts the run recorded:
+
+- a rank **caught an injected error** (OOM, an exception) and went on: it skipped a step
+  its peers took, so their collectives no longer pair up;
+- a rank **returned** from the target while its peers still wait: the ranks ran different
+  numbers of batches or collectives;
+- a rank waits in a collective **the program's own code issued** (a hook's
+  ``save_checkpoint``, a rank-conditional barrier): that collective runs on some ranks
+  only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaoslight._schedule import Fault
+from chaoslight._world._outcome import HUNG, PASSED, cause_first
+
+CAUGHT_KINDS = ("oom", "raise")  # the faults that raise in the rank, and can be caught
+
+CAUGHT_CAUSE = (
+    "an error caught on one rank only and its step skipped or replaced there (a constant "
+    "loss has no graph: DDP's gradient all-reduce never runs on that rank): let the error "
+    "end the rank, or agree on the skip with a collective every rank joins"
+)
+RETURNED_CAUSE = (
+    "the ranks ran different numbers of batches or collectives: data that gives the ranks "
+    "different numbers of batches (an IterableDataset or sampler that does not even them "
+    "out), or a stop decided on one rank (trainer.should_stop set from a rank-local value)"
+)
+OWN_COLLECTIVE_CAUSE = (
+    "a collective, or a Lightning call that contains one (trainer.save_checkpoint, "
+    "self.log(sync_dist=True), self.all_gather, strategy.barrier or reduce), run on some "
+    "ranks only: under a rank condition, or in an exception handler"
+)
+
+
+def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
+    """The verdict's reason for a hung run: cause first, evidence, usual cause."""
+    parts: list[str] = []
+    caught = _caught(outcome, fired)
+    if caught:
+        parts.append(caught)
+    returned = _returned(outcome)
+    if returned:
+        parts.append(returned)
+    parts.append(cause_first(outcome))
+    usual = _usual_cause(outcome, bool(caught), bool(returned))
+    reason = "; ".join(part for part in parts if part)
+    return f"{reason}. Usual cause: {usual}" if usual else reason
+
+
+def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
+    """'rank 0 caught the injected oom@... and went on', for a faulted rank that did not
+    end by its error (it returned or hung past it)."""
+    by_rank = {r.rank: r for r in outcome.ranks}
+    for rank, fault in fired:
+        result = by_rank.get(rank)
+        if fault.kind in CAUGHT_KINDS and result is not None and result.status in (HUNG, PASSED):
+            went = "returned" if result.status == PASSED else "went on"
+            return f"rank {rank} caught the injected {fault} and {went}, and the job hung"
+    return ""
+
+
+def _returned(outcome: Any) -> str:
+    """'rank 1 returned (its last step 3) while rank 0 still waits', when some did."""
+    left = [r.rank for r in outcome.ranks if r.status == PASSED]
+    waiting = [r.rank for r in outcome.ranks if r.status == HUNG]
+    if not left or not waiting:
+        return ""
+    steps = _last_steps(outcome)
+    gone = ", ".join(f"rank {r} returned (its last step {_step(steps, r)})" for r in left)
+    still = ", ".join(f"rank {r} (at step {_step(steps, r)})" for r in waiting)
+    return f"{gone} while {still} still waits for it"
+
+
+def _last_steps(outcome: Any) -> dict[int, int]:
+    last: dict[int, int] = {}
+    for event in outcome.events:
+        if event.step is not None and event.rank is not None:
+            last[event.rank] = max(last.get(event.rank, event.step), event.step)
+    return last
+
+
+def _step(steps: dict[int, int], rank: int) -> str:
+    return str(steps[rank]) if rank in steps else "none"
+
+
+def _usual_cause(outcome: Any, caught: bool, returned: bool) -> str:
+    if caught:
+        return CAUGHT_CAUSE
+    if returned:
+        return RETURNED_CAUSE
+    if any(r.status == HUNG and r.in_own_collective for r in outcome.ranks):
+        return OWN_COLLECTIVE_CAUSE
+    return ""
