@@ -195,6 +195,19 @@ def test_passing_example_returns_each_ranks_value(world: World) -> None:
 
 
 @pytest.mark.slow
+def test_a_thread_an_example_left_behind_writes_into_the_worlds_folder(world: World) -> None:
+    """Between examples the ranks wait in the World's own folder: a leftover thread's
+    relative write lands there, never in the directory the World was started from."""
+    stray = Path.cwd() / "stray.txt"
+    assert world.run(target("leaves_a_writer_behind"), timeout=TIMEOUT).passed
+    time.sleep(1.0)
+    try:
+        assert not stray.exists()
+    finally:
+        stray.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
 def test_ranks_run_as_under_torchrun_so_a_second_fit_is_distributed_too(world: World) -> None:
     """Lightning sees torchrun (TorchElasticEnvironment), which keeps WORLD_SIZE when a fit
     ends: a second Trainer built from it runs on both ranks again, not alone."""

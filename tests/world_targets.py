@@ -108,3 +108,16 @@ def fit_twice_from_the_environment() -> list[tuple[str, int, int]]:
         environment = type(trainer.strategy.cluster_environment).__name__
         seen.append((environment, trainer.world_size, trainer.global_step))
     return seen
+
+
+def leaves_a_writer_behind() -> None:
+    """Start a thread that writes ``stray.txt`` (a relative path) after the example ended."""
+    import threading
+    import time
+
+    def write_later() -> None:
+        time.sleep(0.5)
+        with open("stray.txt", "w") as stray:
+            stray.write("written after the example ended\n")
+
+    threading.Thread(target=write_later, daemon=True).start()

@@ -19,9 +19,15 @@ class Baseline:
     dtype, thread count, grad mode and determinism flag, and the torch, random and numpy
     RNG states (so an example's randomness does not depend on the examples before it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle: str | None = None) -> None:
         import torch
 
+        # Between examples a rank waits in ``idle`` (the World's own folder), not where the
+        # World was started: a thread an example left running that writes a relative path
+        # (an export not waited for) writes there, never into the user's project.
+        if idle is not None:
+            os.makedirs(idle, exist_ok=True)
+            os.chdir(idle)
         self.cwd = os.getcwd()
         self.dtype = torch.get_default_dtype()
         self.threads = torch.get_num_threads()

@@ -162,7 +162,8 @@ class Worker:
         self.timeout: float | None = None
         self.current: int | None = None
         self.hang: HangReport | None = None
-        self.baseline = Baseline()
+        root = os.environ.get(ROOT_VARIABLE)
+        self.baseline = Baseline(os.path.join(root, "idle") if root else None)
         self.targets: dict[Target, Callable[[], Any]] = {}
         self.sockets = GlooSockets()
         self.tracker = Tracker(lambda: only_group(self.group))
