@@ -151,6 +151,39 @@ def test_replicas_in_sync_compares_the_bits() -> None:
     assert len(ReplicasInSync().judge(apart)) == 1
 
 
+def test_replicas_apart_are_explained_by_optimizer_steps_or_learning_rates() -> None:
+    """When replicas part, a rank that took fewer optimizer steps, or ran another learning
+    rate, is named as the cause; without either, the usual suspects are."""
+    tensor, apart = _tensor(64, seed=3), _one_ulp(_tensor(64, seed=3), 7)
+
+    def judged(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
+        evidence = _replica_events(
+            {0: {**_replica_facts(tensor), **mine}, 1: {**_replica_facts(apart), **theirs}}
+        )
+        (violation,) = ReplicasInSync().judge(evidence)
+        return violation.cause
+
+    skipped = judged({"optimizer_steps": 4, "lrs": [0.1]}, {"optimizer_steps": 3, "lrs": [0.1]})
+    assert "different numbers of optimizer steps (by step 3: rank 0 4, rank 1 3)" in skipped
+    rates = judged({"optimizer_steps": 4, "lrs": [0.1]}, {"optimizer_steps": 4, "lrs": [0.05]})
+    assert "learning rates differ (by step 3: rank 0 [0.1], rank 1 [0.05])" in rates
+    plain = judged({"optimizer_steps": 4, "lrs": [0.1]}, {"optimizer_steps": 4, "lrs": [0.1]})
+    assert plain == ReplicasInSync.cause
+
+
+def test_a_differing_buffer_is_called_a_buffer() -> None:
+    """With buffers compared, the report says which kind of tensor parted."""
+    weight, stats = _tensor(8, seed=1), _tensor(8, seed=2)
+
+    def facts(buffer: torch.Tensor) -> dict[str, Any]:
+        sums = summaries([weight, buffer], bits=True)
+        return {"names": ["w", "running_mean"], "sums": sums, "sizes": [8, 8], "parameters": 1}
+
+    evidence = _replica_events({0: facts(stats), 1: facts(_one_ulp(stats, 3))})
+    (violation,) = ReplicasInSync(buffers=True).judge(evidence)
+    assert violation.message.startswith("buffer 'running_mean' differs between rank 0 and rank 1")
+
+
 def test_finite_grads_confirms_an_overflowing_norm_before_reporting() -> None:
     """Huge finite gradients overflow the fused norm but are not reported; a NaN one is."""
     huge = torch.full((64,), 1e30)

@@ -130,11 +130,15 @@ class ReplicasInSync(Check):
             if trainer.world_size < 2:
                 return  # one replica: nothing to compare, nothing to pay
             items = list(module.named_parameters())
+            parameters = len(items)
             items += list(module.named_buffers()) if check.buffers else []
             tensors = [tensor.detach() for _, tensor in items]
             sums, sizes = summaries(tensors, bits=True), [t.numel() for t in tensors]
             names = [n for n, _ in items]
             facts = {"fit": fits[0], "names": names, "sums": sums, "sizes": sizes}
+            # What the replicas' updates depend on besides the gradient: for the cause.
+            facts |= {"parameters": parameters, "optimizer_steps": trainer.global_step}
+            facts["lrs"] = learning_rates(trainer)
             observe(check.name, trainer, facts)
 
         hooks = {
@@ -153,39 +157,40 @@ class ReplicasInSync(Check):
                 continue
             key = (int(facts.get("fit", 0)), -1 if event.step is None else event.step)
             by_step[key].setdefault(event.rank, facts)
+        history: dict[int, list[tuple[int, dict[int, dict[str, Any]]]]] = defaultdict(list)
         for fit, step in sorted(by_step):
             ranks = by_step[(fit, step)]
             if len(ranks) < 2:
                 continue
-            violation = self._compare(None if step < 0 else step, ranks, frozen[fit])
-            if violation is not None:
-                return [violation]
+            history[fit].append((step, ranks))
+            found = self._compare(ranks)
+            if found is not None:
+                name, kind, rank, largest = found
+                cause = self.frozen_cause if name in frozen[fit] else _cause(history[fit])
+                message = (
+                    f"{kind} {name!r} differs between rank {min(ranks)} and rank {rank} "
+                    f"after the optimizer step (largest checksum difference {largest:.3g})"
+                )
+                step_ = None if step < 0 else step
+                return [Violation(self.name, message, rank=rank, step=step_, cause=cause)]
         return []
 
-    def _compare(
-        self, step: int | None, ranks: dict[int, dict[str, Any]], frozen: set[str]
-    ) -> Violation | None:
-        base_rank = min(ranks)
-        base = ranks[base_rank]
+    def _compare(self, ranks: dict[int, dict[str, Any]]) -> tuple[str, str, int, float] | None:
+        """The first tensor that differs: (name, parameter or buffer, rank, largest diff)."""
+        base = ranks[min(ranks)]
         for rank in sorted(ranks):
             other = ranks[rank]
             pairs = zip(
                 base["names"], base["sums"], other["sums"], base.get("sizes", ()), strict=False
             )
-            for name, mine, theirs, size in pairs:
+            for index, (name, mine, theirs, size) in enumerate(pairs):
                 if not self._differ(mine, theirs, size):
                     continue
                 largest = max(
                     abs(a[0] - b[0]) for a, b in zip(base["sums"], other["sums"], strict=False)
                 )
-                return Violation(
-                    self.name,
-                    f"parameter {name!r} differs between rank {base_rank} and rank {rank} "
-                    f"after the optimizer step (largest checksum difference {largest:.3g})",
-                    rank=rank,
-                    step=step,
-                    cause=self.frozen_cause if name in frozen else self.cause,
-                )
+                parameters = base.get("parameters", len(base["names"]))
+                return name, "parameter" if index < parameters else "buffer", rank, largest
         return None
 
     def _differ(self, mine: list[float], theirs: list[float], size: int) -> bool:
@@ -193,6 +198,42 @@ class ReplicasInSync(Check):
         if self.atol == 0.0:  # bitwise (the word sums): equal bits give the same NaN sums
             return any(a != b and (a == a or b == b) for a, b in zip(mine, theirs, strict=False))
         return abs(mine[0] - theirs[0]) > self.atol * max(size, 1)
+
+
+def learning_rates(trainer: Any) -> list[float | None]:
+    """Every param group's learning rate, optimizer by optimizer."""
+    rates: list[float | None] = []
+    for optimizer in getattr(trainer, "optimizers", []) or []:
+        for group in getattr(optimizer, "param_groups", []):
+            rate = group.get("lr")
+            try:
+                rates.append(None if rate is None else float(rate))
+            except (TypeError, ValueError):
+                rates.append(None)
+    return rates
+
+
+def _cause(history: list[tuple[int, dict[int, dict[str, Any]]]]) -> str:
+    """Why replicas parted, from the first step at which the ranks' optimizer step counts or
+    learning rates differed; else the usual suspects."""
+    for step, ranks in history:
+        steps = {rank: facts.get("optimizer_steps") for rank, facts in ranks.items()}
+        if None not in steps.values() and len(set(steps.values())) > 1:
+            counts = ", ".join(f"rank {rank} {count}" for rank, count in sorted(steps.items()))
+            return (
+                f"the ranks took different numbers of optimizer steps (by step {step}: "
+                f"{counts}): an optimizer step skipped on one rank (a rank-local condition "
+                "around opt.step(), or a training_step that returned None on one rank)"
+            )
+        rates = {rank: facts.get("lrs") for rank, facts in ranks.items()}
+        if None not in rates.values() and len({repr(r) for r in rates.values()}) > 1:
+            seen = ", ".join(f"rank {rank} {lrs}" for rank, lrs in sorted(rates.items()))
+            return (
+                f"the learning rates differ (by step {step}: {seen}): a scheduler stepped on "
+                "one rank only, or a learning rate set from a rank-local value (a "
+                "ReduceLROnPlateau fed an unsynced metric)"
+            )
+    return ReplicasInSync.cause
 
 
 def _loss_of(outputs: Any) -> Any:
