@@ -232,3 +232,13 @@ def test_a_hang_in_the_programs_own_collective_says_what_usually_causes_it() -> 
     assert "Usual cause: a collective, or a Lightning call that contains one" in verdict.reason
     plain = judge(outcome([hung(0), hung(1)]))
     assert "Usual cause" not in plain.reason
+
+
+def test_a_size_mismatch_in_a_collective_says_what_usually_causes_it() -> None:
+    """gloo aborts a rank whose all_gather received more data than it expected: the verdict
+    says that the ranks' tensors differ in shape."""
+    words = "[enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 14 vs 12"
+    aborted = RankResult(0, "crashed", signal=6, output=f"what(): {words}", ended_s=1.0)
+    verdict = judge(outcome([aborted, raised(1, "RuntimeError", GLOO, when=1.5)]))
+    assert verdict.failed and verdict.rule == NO_FAULT
+    assert "Usual cause: a collective whose tensors differ in shape or dtype" in verdict.reason

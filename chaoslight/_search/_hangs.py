@@ -1,5 +1,6 @@
 """What a hang's verdict says: the cause first, then where each rank waits, then the usual
-cause of that shape of hang.
+cause of that shape of hang (and of its cousin, a collective whose ranks disagree on the
+size of the data, which gloo aborts on).
 
 A hang is the consequence; its cause is often a rank that is not waiting at all. Three
 shapes are told apart from facts the run recorded:
@@ -37,6 +38,28 @@ OWN_COLLECTIVE_CAUSE = (
     "self.log(sync_dist=True), self.all_gather, strategy.barrier or reduce), run on some "
     "ranks only: under a rank condition, or in an exception handler"
 )
+
+
+# gloo's words when the ranks of one collective send different amounts of data.
+_SIZE_MISMATCH = (
+    "Received data size doesn't match expected size",
+    "op.preamble.length <= op.nbytes",
+    "Detected mismatch between collectives",
+)
+SIZE_MISMATCH_CAUSE = (
+    "a collective whose tensors differ in shape or dtype between ranks (an all_gather of "
+    "a tensor whose length depends on the rank's data: pad it to a common length first, "
+    "or gather objects)"
+)
+
+
+def mismatch_cause(outcome: Any) -> str:
+    """The usual cause when a rank's error or output shows a size mismatch, else ''."""
+    for result in outcome.ranks:
+        text = f"{result.exception or ''}\n{result.output or ''}\n{result.evidence or ''}"
+        if any(words in text for words in _SIZE_MISMATCH):
+            return SIZE_MISMATCH_CAUSE
+    return ""
 
 
 def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:

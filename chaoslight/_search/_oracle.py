@@ -28,7 +28,7 @@ from chaoslight._schedule import (
     ReorderReduction,
     fault_from_text,
 )
-from chaoslight._search._hangs import hang_reason
+from chaoslight._search._hangs import hang_reason, mismatch_cause
 from chaoslight._search._known import match_known
 from chaoslight._search._preemption import (
     PREEMPT_RULE,
@@ -240,6 +240,8 @@ def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
     if any(r.status != PASSED for r in outcome.ranks):
         hung = outcome.status == HUNG
         reason = hang_reason(outcome, []) if hung else cause_first(outcome)
+        usual = "" if hung else mismatch_cause(outcome)
+        reason += f". Usual cause: {usual}" if usual else ""
         return Verdict(True, reason, rule=rule, violations=violations, **base)
     if violations:
         return Verdict(True, str(violations[0]), rule=rule, violations=violations, **base)
