@@ -242,3 +242,14 @@ def test_a_size_mismatch_in_a_collective_says_what_usually_causes_it() -> None:
     verdict = judge(outcome([aborted, raised(1, "RuntimeError", GLOO, when=1.5)]))
     assert verdict.failed and verdict.rule == NO_FAULT
     assert "Usual cause: a collective whose tensors differ in shape or dtype" in verdict.reason
+
+
+def test_a_hang_inside_lightnings_exception_handling_is_not_called_a_catch() -> None:
+    """Rank 0 hung in an on_exception hook's collective while its OOM was in flight: the
+    report says it hung while handling the error, not that it caught it."""
+    oom = "oom@lightning.training_step rank=0 step=0"
+    stacks = '  File "x/on_exception_collective.py", line 68 in on_exception\n'
+    handling = RankResult(0, "hung", evidence="rank 0 waits in dist.all_reduce #8", stacks=stacks)
+    verdict = judge(outcome([handling, hung(1)], [fired(0, oom, step=0)]))
+    assert verdict.reason.startswith(f"rank 0 hung while handling the injected {oom}")
+    assert "caught" not in verdict.reason

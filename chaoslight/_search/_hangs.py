@@ -16,6 +16,7 @@ shapes are told apart from facts the run recorded:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from chaoslight._schedule import Fault
@@ -72,21 +73,29 @@ def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
     if returned:
         parts.append(returned)
     parts.append(cause_first(outcome))
-    usual = _usual_cause(outcome, bool(caught), bool(returned))
+    usual = _usual_cause(outcome, caught, bool(returned))
     reason = "; ".join(part for part in parts if part)
     return f"{reason}. Usual cause: {usual}" if usual else reason
 
 
 def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
     """'rank 0 caught the injected oom@... and went on', for a faulted rank that did not
-    end by its error (it returned or hung past it)."""
+    end by its error (it returned or hung past it); 'rank 0 hung while handling ...' when
+    it hung inside Lightning's exception handling (an on_exception hook's collective)."""
     by_rank = {r.rank: r for r in outcome.ranks}
     for rank, fault in fired:
         result = by_rank.get(rank)
-        if fault.kind in CAUGHT_KINDS and result is not None and result.status in (HUNG, PASSED):
-            went = "returned" if result.status == PASSED else "went on"
-            return f"rank {rank} caught the injected {fault} and {went}, and the job hung"
+        if fault.kind not in CAUGHT_KINDS or result is None or result.status not in (HUNG, PASSED):
+            continue
+        if result.status == HUNG and _HANDLING.search(result.stacks or ""):
+            return f"rank {rank} hung while handling the injected {fault} (in on_exception)"
+        went = "returned" if result.status == PASSED else "went on"
+        return f"rank {rank} caught the injected {fault} and {went}, and the job hung"
     return ""
+
+
+# A faulthandler frame of Lightning's exception handling around fit (either flavour).
+_HANDLING = re.compile(r"line \d+ in (_interrupt|on_exception)\n")
 
 
 def _returned(outcome: Any) -> str:
@@ -113,8 +122,8 @@ def _step(steps: dict[int, int], rank: int) -> str:
     return str(steps[rank]) if rank in steps else "none"
 
 
-def _usual_cause(outcome: Any, caught: bool, returned: bool) -> str:
-    if caught:
+def _usual_cause(outcome: Any, caught: str, returned: bool) -> str:
+    if caught and "while handling" not in caught:
         return CAUGHT_CAUSE
     if returned:
         return RETURNED_CAUSE
