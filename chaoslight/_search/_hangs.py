@@ -65,33 +65,34 @@ def mismatch_cause(outcome: Any) -> str:
 
 def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
     """The verdict's reason for a hung run: cause first, evidence, usual cause."""
-    parts: list[str] = []
-    caught = _caught(outcome, fired)
-    if caught:
-        parts.append(caught)
+    caught, handling = _caught(outcome, fired)
     returned = _returned(outcome)
-    if returned:
-        parts.append(returned)
-    parts.append(cause_first(outcome))
-    usual = _usual_cause(outcome, caught, bool(returned))
-    reason = "; ".join(part for part in parts if part)
-    return f"{reason}. Usual cause: {usual}" if usual else reason
+    reason = "; ".join(part for part in (caught, returned, cause_first(outcome)) if part)
+    if caught and not handling:
+        usual = CAUGHT_CAUSE
+    elif returned:
+        usual = RETURNED_CAUSE
+    elif any(r.status == HUNG and r.in_own_collective for r in outcome.ranks):
+        usual = OWN_COLLECTIVE_CAUSE
+    else:
+        return reason
+    return f"{reason}. Usual cause: {usual}"
 
 
-def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
+def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> tuple[str, bool]:
     """'rank 0 caught the injected oom@... and went on', for a faulted rank that did not
-    end by its error (it returned or hung past it); 'rank 0 hung while handling ...' when
-    it hung inside Lightning's exception handling (an on_exception hook's collective)."""
+    end by its error (it returned or hung past it); 'rank 0 hung while handling ...' (and
+    True) when it hung inside Lightning's exception handling (an on_exception hook)."""
     by_rank = {r.rank: r for r in outcome.ranks}
     for rank, fault in fired:
         result = by_rank.get(rank)
         if fault.kind not in CAUGHT_KINDS or result is None or result.status not in (HUNG, PASSED):
             continue
         if result.status == HUNG and _HANDLING.search(result.stacks or ""):
-            return f"rank {rank} hung while handling the injected {fault} (in on_exception)"
+            return f"rank {rank} hung while handling the injected {fault} (in on_exception)", True
         went = "returned" if result.status == PASSED else "went on"
-        return f"rank {rank} caught the injected {fault} and {went}, and the job hung"
-    return ""
+        return f"rank {rank} caught the injected {fault} and {went}, and the job hung", False
+    return "", False
 
 
 # A faulthandler frame of Lightning's exception handling around fit (either flavour).
@@ -107,7 +108,7 @@ def _returned(outcome: Any) -> str:
     steps = _last_steps(outcome)
     gone = ", ".join(f"rank {r} returned (its last step {_step(steps, r)})" for r in left)
     still = ", ".join(f"rank {r} (at step {_step(steps, r)})" for r in waiting)
-    return f"{gone} while {still} still waits for it"
+    return f"{gone} while {still} still {'waits' if len(waiting) == 1 else 'wait'} for it"
 
 
 def _last_steps(outcome: Any) -> dict[int, int]:
@@ -120,13 +121,3 @@ def _last_steps(outcome: Any) -> dict[int, int]:
 
 def _step(steps: dict[int, int], rank: int) -> str:
     return str(steps[rank]) if rank in steps else "none"
-
-
-def _usual_cause(outcome: Any, caught: str, returned: bool) -> str:
-    if caught and "while handling" not in caught:
-        return CAUGHT_CAUSE
-    if returned:
-        return RETURNED_CAUSE
-    if any(r.status == HUNG and r.in_own_collective for r in outcome.ranks):
-        return OWN_COLLECTIVE_CAUSE
-    return ""
