@@ -130,10 +130,12 @@ def test_coverage_counts_the_reached_points_faults_were_put_on() -> None:
 
 
 def test_probes_slow_each_ranks_write_and_fill_its_disk() -> None:
-    """At a reached torch.save, each rank gets a 1 s straggler (a reader that does not
-    wait for the writer) and a full disk; a torch.load gets only the full disk."""
-    reach = Reach(points=(("torch.save", 3), ("torch.load", 3)))
+    """At the first reached torch.save, each rank gets a 1 s straggler (a reader that does
+    not wait for the writer); every save and load gets a full disk."""
+    reach = Reach(points=(("torch.save", 3), ("torch.load", 3), ("torch.save", 7)))
     texts = [str(schedule) for schedule in reach.probes(2, ["delay", "raise"])]
+    assert not any(text.startswith("delay@torch.save rank=0 step=7") for text in texts)
+    assert any(text.startswith("raise@torch.save rank=0 step=7") for text in texts)
     for rank in (0, 1):
         assert f"delay@torch.save rank={rank} step=3 seconds=1.0" in texts
         full = f"raise@torch.save rank={rank} step=3 exception=OSError"

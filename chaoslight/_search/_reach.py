@@ -103,9 +103,9 @@ class Reach:
         - a long straggler at each step of each user hook that is not per batch — the
           races between hooks (a file rank 0 writes at an epoch's end, read by a peer at the
           next epoch's start);
-        - a slow write (the same straggler) and a full disk (``OSError(28)``) at each
-          ``torch.save``, a full disk at each ``torch.load``: a peer that reads what a
-          rank writes without waiting for it;
+        - a slow write (the same straggler) at the first ``torch.save``, a full disk
+          (``OSError(28)``) at each ``torch.save``/``torch.load``: a peer that reads what a
+          rank writes without waiting for it, a write that fails;
         - an OOM in the forward (or the training step) at the first step, on each rank and
           then on every rank at once (the same batch runs out everywhere): the OOM handlers
           that recover on one rank only, or only when one rank does;
@@ -123,9 +123,12 @@ class Reach:
                 if site == "torch.save"
                 for rank in range(world_size)
             ][:MAX_SAVE_CRASHES]
+        saves = [point for point in self.points if point[0] == "torch.save"]
+        first_save = saves[0] if saves else None  # one slow write per rank: each costs 1 s
         for site, step in self.points:
             for rank in range(world_size):
-                faults = _probes_at(site, rank, step, self.user, set(kinds))
+                slow = (site, step) == first_save
+                faults = _probes_at(site, rank, step, self.user, set(kinds), slow)
                 found += [Schedule([fault]) for fault in faults]
         return found[:MAX_PROBES]
 
@@ -206,10 +209,10 @@ class Space:
 
 
 def _probes_at(
-    site: str, rank: int, step: int | None, user: frozenset[str], kinds: set[str]
+    site: str, rank: int, step: int | None, user: frozenset[str], kinds: set[str], slow_write: bool
 ) -> list[Fault]:
     found: list[Fault] = []
-    slow = (site in user and not site.endswith(PER_BATCH)) or site == "torch.save"
+    slow = (site in user and not site.endswith(PER_BATCH)) or slow_write
     if slow and "delay" in kinds:  # a straggler; at a save, a slow write its readers race
         found.append(Delay(PROBE_SECONDS, site=site, rank=rank, step=step))
     if site in ("torch.save", "torch.load") and "raise" in kinds:
