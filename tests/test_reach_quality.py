@@ -27,10 +27,13 @@ def world() -> Iterator[World]:
         yield shared
 
 
-def search(world: World, program: str, function: str, budget: int = BUDGET) -> object:
+def search(
+    world: World, program: str, function: str, budget: int = BUDGET, seconds: float | None = None
+) -> object:
     result, _ = chaoslight.fuzz(
         f"{PLANTED}/{program}.py:{function}",
         max_examples=budget,
+        max_time=seconds,
         seed=0,
         timeout=TIMEOUT,
         replays=1,
@@ -75,8 +78,9 @@ def test_a_collective_only_one_rank_issues_needs_no_fault(world: World) -> None:
 
 @pytest.mark.parametrize("program", ["epoch_race", "epoch_end_save", "one_rank_collective"])
 def test_the_fixed_twins_pass_the_same_search(world: World, program: str) -> None:
-    """Each fixed twin passes a default search (probes included) with no false alarm."""
-    result = search(world, program, "train_fixed", budget=8)
+    """Each fixed twin passes a default search (its first probes, for the suite's time:
+    benchmarks/catalogue.py and benchmarks/shapes.py run long ones) with no false alarm."""
+    result = search(world, program, "train_fixed", budget=8, seconds=6.0)
     assert result.status == CLEAN, result.verdict  # type: ignore[attr-defined]
 
 
