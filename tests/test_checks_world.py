@@ -162,7 +162,7 @@ ALL_CHECKS = [
 
 
 @settings(
-    max_examples=25,  # benchmarks/false_alarms.py runs many more
+    max_examples=15,  # benchmarks/false_alarms.py and benchmarks/shapes.py run many more
     deadline=None,
     database=None,
     derandomize=True,
@@ -184,7 +184,7 @@ ALL_CHECKS = [
     )
 )
 def test_no_false_alarms_on_benign_schedules(world: World, schedule: Schedule) -> None:
-    """A correct program passes every check under 25 benign schedules on 2 ranks."""
+    """A correct program passes every check under 15 benign schedules on 2 ranks."""
     outcome = world.run(target("plain"), schedule, timeout=TIMEOUT, checks=ALL_CHECKS)
     assert outcome.passed and not outcome.violations, outcome.report()
 
