@@ -16,38 +16,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from catalogue import FirstFailure  # noqa: E402  (benchmarks/catalogue.py)
+
 import chaoslight  # noqa: E402
 from examples.bugs import BUGS, HERE  # noqa: E402
 
-FOUND_PHASES = ("shrinking", "minimising", "replaying")
 CLEAN = "clean"
-
-
-class FirstFailure:
-    """A campaign display that remembers the examples and seconds at the first failure."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.examples: int | None = None
-        self.seconds: float | None = None
-
-    def __enter__(self) -> FirstFailure:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, progress: Any) -> None:
-        if self.examples is None and progress.phase in FOUND_PHASES:
-            self.examples = progress.examples
-            self.seconds = time.monotonic() - self.started
 
 
 def search(name: str, function: str, world: Any, args: argparse.Namespace, examples: int) -> str:
