@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from catalogue import FirstFailure  # noqa: E402  (benchmarks/catalogue.py)
+from catalogue import FirstFailure, cells  # noqa: E402  (benchmarks/catalogue.py)
 
 import chaoslight  # noqa: E402
 from examples.bugs import BUGS, HERE  # noqa: E402
@@ -42,11 +42,7 @@ def search(name: str, function: str, world: Any, args: argparse.Namespace, examp
         display=shown,
         world=world,
     )
-    schedule = "; ".join(result.schedule.to_text().splitlines()) if result.schedule else ""
-    if result.schedule is not None and not result.schedule.faults:
-        schedule = "(no fault)"
-    found = f"{shown.examples} / {shown.seconds:.1f} s" if shown.examples is not None else "—"
-    total = f"{result.examples} / {result.wall_s:.1f} s"
+    found, total, schedule = cells(result, shown)
     reason = result.verdict.reason if result.verdict is not None and result.verdict.failed else ""
     reason = " ".join(reason.split())[:120].replace("|", "/")
     print(

@@ -65,12 +65,17 @@ def search(entry: Entry, function: str, world: Any, args: argparse.Namespace, ex
         display=shown,
         world=world,
     )
+    found, total, schedule = cells(result, shown)
+    return f"| `{entry.name}:{function}` | {result.status} | {found} | {total} | {schedule} |"
+
+
+def cells(result: Any, shown: FirstFailure) -> tuple[str, str, str]:
+    """A search's table cells: its first failure, the whole campaign, the schedule."""
     schedule = "; ".join(result.schedule.to_text().splitlines()) if result.schedule else ""
     if result.schedule is not None and not result.schedule.faults:
         schedule = "(no fault)"
     found = f"{shown.examples} / {shown.seconds:.1f} s" if shown.examples is not None else "—"
-    total = f"{result.examples} / {result.wall_s:.1f} s"
-    return f"| `{entry.name}:{function}` | {result.status} | {found} | {total} | {schedule} |"
+    return found, f"{result.examples} / {result.wall_s:.1f} s", schedule
 
 
 def under_schedule(entry: Entry, function: str, world: Any) -> str:
