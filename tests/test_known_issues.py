@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import lightning
 import pytest
 
 import chaoslight
@@ -21,9 +22,7 @@ RAISE = "raise@lightning.training_step rank=1 step=2"
 
 
 def lightning_site() -> tuple[str, str]:
-    """The folder the installed Lightning lives in, and the flavour's package name."""
-    import lightning
-
+    """The folder the installed Lightning lives in, and its version."""
     return str(Path(lightning.__file__).parent.parent), lightning.__version__
 
 
