@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 from chaoslight._checks._shards import DisjointShards, row_hashes, sampler_facts
 from chaoslight._runtime._events import Event
@@ -96,9 +98,6 @@ def test_every_row_aligned_tensor_goes_into_a_samples_fingerprint() -> None:
 
 def test_sampler_facts_see_through_batch_samplers() -> None:
     """A DataLoader over a DistributedSampler reports its part; a plain one is 'other'."""
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
-
     data = TensorDataset(torch.arange(8.0))
     sampler = DistributedSampler(data, num_replicas=2, rank=1)
     assert sampler_facts(DataLoader(data, sampler=sampler, batch_size=2)) == {
