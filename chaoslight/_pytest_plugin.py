@@ -27,7 +27,6 @@ and end on the terminal; the whole of it goes to ``<test>.txt``, with ``outcome.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import replace
@@ -245,7 +244,7 @@ def _first_line(reprcrash: Any) -> Any:
     if reprcrash is None or not hasattr(reprcrash, "message"):
         return reprcrash
     first = reprcrash.message.split("\n", 1)[0]
-    return dataclasses.replace(reprcrash, message=first)
+    return replace(reprcrash, message=first)
 
 
 class _CutReport:

@@ -15,22 +15,6 @@ from typing import Any
 from chaoslight._runtime._proc import die_with_parent
 from chaoslight._schedule import ChaosError
 
-LAUNCHER_VARIABLES = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-        "ROLE_RANK",
-        "ROLE_WORLD_SIZE",
-        "ROLE_NAME",
-        "NODE_RANK",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-)
 # The environment contract with the worker processes (read in _worker).
 PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
 PRELOAD_VARIABLE = "CHAOSLIGHT_WORLD_PRELOAD"
@@ -60,6 +44,11 @@ def torchrun_variables(rank: int, size: int, address: str) -> dict[str, str]:
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "False",  # the World hosts the store itself
     }
+
+
+# What a launcher may have set in the parent (stripped from the workers' environment):
+# torchrun's variables, and the multi-node ones a one-node job lacks.
+LAUNCHER_VARIABLES = frozenset(torchrun_variables(0, 1, "")) | {"NODE_RANK", "MASTER_PORT"}
 
 
 def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> dict[str, str]:
