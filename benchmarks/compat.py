@@ -175,8 +175,11 @@ def build_venv(venv: Path, row: Row, torch_version: str) -> float:
     (site / "_chaoslight_compat_hide.py").write_text(HIDE_MODULE.format(hidden=HIDDEN[row.package]))
     (site / "_chaoslight_compat_hide.pth").write_text("import _chaoslight_compat_hide\n")
     if sys.prefix != sys.base_prefix:  # run from a venv: its packages are not "system" ones
+        # As site dirs, not bare paths, so their own .pth files run too: an editable
+        # install's finder is what maps chaoslight.strategies onto the checkout's strategies/.
         outer = [p for p in sys.path if p.endswith("site-packages")]
-        (site / "_chaoslight_compat_outer.pth").write_text("\n".join(outer) + "\n")
+        lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in outer)
+        (site / "_chaoslight_compat_outer.pth").write_text(lines)
     # torch pinned in the same command: pip keeps the installed one and never fetches another.
     pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     _run([*pip, *row.requirements, torch_pin(torch_version)], PIP_TIMEOUT_S)

@@ -24,6 +24,8 @@ NOT_SHIPPED = shutil.ignore_patterns(
     ".*_cache",
     ".hypothesis",
     ".chaoslight",
+    ".venv",
+    "venv",
     "lightning_logs",
     "*.ckpt",
 )
@@ -83,6 +85,16 @@ def test_wheel_installs_and_imports_in_a_fresh_venv(wheel: Path, tmp_path: Path)
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # This suite runs in a venv (as the README's users do): a venv made from it is made
+        # from the base interpreter, whose packages lack chaoslight's dependencies (torch,
+        # psutil, ...), so the new venv sees this venv's packages as site dirs.
+        purelib = run(
+            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
+        )
+        outer = [p for p in sys.path if p.endswith("site-packages")]
+        lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in outer)
+        (Path(purelib.strip()) / "_outer_venv.pth").write_text(lines)
     # The system pip, running under the venv's python, installs into the venv.
     run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel, cwd=tmp_path)
     check = textwrap.dedent(
