@@ -1,7 +1,10 @@
-"""The campaign's decisions with scripted runners: baseline, flaky, internal, fresh replays."""
+"""The campaign's decisions with scripted runners: baseline, flaky, internal, fresh replays,
+the shared database's failures (within the time, by shard), the result before the database."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 from chaoslight.strategies import schedules
@@ -9,7 +12,9 @@ from chaoslight.strategies import schedules
 from chaoslight import Schedule
 from chaoslight._search import Campaign
 from chaoslight._search._campaign import BASELINE, CLEAN, FAILED, FLAKY, INTERNAL
+from chaoslight._search._database import in_shard, known_failures, open_database, remember
 from chaoslight._search._oracle import Verdict
+from chaoslight._search._reach import Reach
 
 STRATEGY = schedules(world_size=2, steps=4, faults=["oom", "delay"], sites=["lightning.forward"])
 
@@ -127,3 +132,88 @@ def test_progress_names_each_phase_as_the_campaign_enters_it() -> None:
     assert seen[:4] == [("baseline", 0), ("baseline", 1), ("baseline", 2), ("generating", 2)]
     assert all(phase != "baseline" for phase, examples in seen if examples > 2)
     assert "shrinking" in phases or "minimising" in phases
+
+
+def stored(database: str, key: str, *texts: str) -> None:
+    """Failures an earlier campaign with ``key`` reported to ``database``."""
+    shared = open_database(database, key, lambda line: None)
+    for text in texts:
+        remember(shared, Schedule.parse(text))
+
+
+def test_the_result_is_handed_over_before_the_database_records_it(tmp_path: Path) -> None:
+    """The failure file (``on_result``) is written first; the database is told after."""
+    database = str(tmp_path / "db")
+    seen_in_database: list[list[Schedule]] = []
+
+    def on_result(result: Any) -> None:
+        seen_in_database.append(known_failures(open_database(database, "k", print)))
+
+    runner = Scripted(lambda s, n: has_oom(s))
+    result = Campaign(
+        runner, STRATEGY, max_examples=200, seed=1, replays=1, database=database, key="k",
+        on_result=on_result,
+    ).execute()  # fmt: skip
+    assert result.status == FAILED and seen_in_database == [[]]
+    assert known_failures(open_database(database, "k", print)) == [result.schedule]
+
+
+def test_max_time_bounds_the_replay_of_the_stored_failures(tmp_path: Path) -> None:
+    """Forty stored failures, fixed since, at 50 ms a run: a 0.3 s campaign replays a few
+    and stops, instead of spending 2 s replaying them all."""
+    database = str(tmp_path / "db")
+    stored(database, "k", *(f"oom@lightning.forward rank=0 step={step}" for step in range(40)))
+
+    def slow(schedule: Schedule, n: int) -> bool:
+        time.sleep(0.05)
+        return False
+
+    runner = Scripted(slow)
+    result = Campaign(
+        runner, STRATEGY, max_examples=200, seed=1, database=database, key="k", max_time=0.3
+    ).execute()
+    replayed = [s for s, _ in runner.calls if s.faults and (s.faults[0].step or 0) >= 4]
+    assert result.status == CLEAN and 0 < len(replayed) <= 6, len(replayed)
+
+
+# Two bugs in two parts of the space: an OOM in the forward of step 0 (shard 0 of 2), and
+# an OOM in the backward of step 0 (shard 1 of 2).
+REACHED = Reach(
+    tuple(
+        (site, step) for site in ("lightning.forward", "lightning.backward") for step in range(8)
+    ),
+    frozenset({"lightning.forward", "lightning.backward"}),
+)
+BUG_A, BUG_B = ("lightning.forward", 0), ("lightning.backward", 0)
+
+
+def two_bugs(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, None]:
+    """A program that fails one way for bug A and another way for bug B."""
+    points = {(f.site, f.step) for f in schedule if f.kind == "oom"}
+    if BUG_A in points:
+        return Verdict(True, "bug A", "failed"), None
+    if BUG_B in points:
+        return Verdict(True, "bug B", "hung"), None
+    return Verdict(False, "", "passed"), None
+
+
+def shard_worker(index: int, database: str) -> Any:
+    strategy = schedules(world_size=2, faults=["oom"], reach=REACHED.shard(index, 2))
+    return Campaign(
+        two_bugs, strategy, max_examples=300, seed=index, database=database, key="k",
+        replays=1, shard=(index, 2),
+    ).execute()  # fmt: skip
+
+
+def test_two_shards_on_a_program_with_two_bugs_report_the_two_bugs(tmp_path: Path) -> None:
+    """Worker 0/2 finds bug A and stores it; worker 1/2, sharing the database, does not
+    replay A (another shard's) and reports B; the next night's worker 0/2 replays its own
+    A first and reports it again, still there."""
+    assert in_shard(Schedule.parse("oom@lightning.forward step=0"), (0, 2))
+    assert in_shard(Schedule.parse("oom@lightning.backward step=0"), (1, 2))
+    database = str(tmp_path / "db")
+    first, second = shard_worker(0, database), shard_worker(1, database)
+    assert (first.status, first.verdict.reason) == (FAILED, "bug A")
+    assert (second.status, second.verdict.reason) == (FAILED, "bug B")
+    again = shard_worker(0, database)
+    assert again.verdict.reason == "bug A" and again.examples < first.examples

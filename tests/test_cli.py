@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 import chaoslight
 from chaoslight._cli import build_parser, main
+from chaoslight._cli._usage import ENVIRONMENT_STATUS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -250,7 +252,7 @@ def test_replay_says_the_reason_once_and_writes_the_timeline(
 ) -> None:
     """replay prints the reason once, the schedule, the root cause's traceback without
     library frames, and the per-rank table; --html writes the page and prints its path."""
-    from chaoslight._cli import _fuzz
+    from chaoslight._cli import _replay
 
     seen: dict[str, Any] = {}
 
@@ -258,7 +260,9 @@ def test_replay_says_the_reason_once_and_writes_the_timeline(
         seen.update(options)
         return two_rank_failure()
 
-    monkeypatch.setattr(_fuzz, "replay", traced_replay)
+    monkeypatch.setattr(_replay, "replay", traced_replay)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("def train():\n    pass\n")
     failure_file = tmp_path / "f.json"
     chaoslight.Failure(chaoslight.Schedule(), "t.py:train").save(failure_file)
     page = tmp_path / "page.html"
@@ -392,3 +396,17 @@ def test_a_check_that_raises_while_judging_is_an_internal_error_not_a_finding(
     err = capsys.readouterr().err
     assert err.startswith("chaoslight: INTERNAL ERROR of chaoslight: CheckJudgeError: ")
     assert "check 'disjoint-shards' raised while judging: KeyError: 'rows'" in err
+
+
+def test_workers_that_cannot_start_exit_4_not_usage_or_internal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rank processes that die before their handshake: exit 4 (the machine), not 2 nor 3."""
+    monkeypatch.setattr(
+        sys, "executable", shutil.which("false") or "/bin/false"
+    )  # every worker exits at once
+    target = f"{REPO}/examples/ddp_train.py:train"
+    assert main(["check", target, "--timeout", "30"]) == ENVIRONMENT_STATUS == 4
+    err = capsys.readouterr().err
+    assert err.startswith("chaoslight: error: World worker for rank 0 exited while starting")
+    assert "INTERNAL ERROR" not in err and "Traceback" not in err

@@ -11,7 +11,7 @@ from conftest import ddp_target
 
 import chaoslight
 from chaoslight import Failure, Schedule
-from chaoslight._search._failure import check_specs
+from chaoslight._search._failure import check_specs, emit_test
 from chaoslight._world import World
 from chaoslight.checks import Check, NoHang, ReplicasInSync
 
@@ -44,14 +44,23 @@ def test_check_parameters_round_trip_through_the_file(tmp_path: Path) -> None:
     assert isinstance(no_hang, NoHang) and no_hang.timeout == 7.0
 
 
-def test_a_user_check_is_stored_by_import_path_and_rebuilt(tmp_path: Path) -> None:
-    """A check chaoslight does not know by name is stored as module:Class with its params."""
+def test_a_user_check_is_stored_by_import_path_and_rebuilt_only_from_the_class_given(
+    tmp_path: Path,
+) -> None:
+    """A check chaoslight does not know by name is stored as module:Class with its params;
+    loading never imports it: it is rebuilt, with the file's params, from the class given."""
     (spec,) = check_specs([CountsBatches(at_least=3)])
     assert spec["import"] == f"{__name__}:CountsBatches" and spec["params"] == {"at_least": 3}
     failure = Failure(Schedule(), "t.py:f", checks=(spec,))
     failure.save(tmp_path / "f.json")
-    (rebuilt,) = Failure.load(tmp_path / "f.json").build_checks()
+    loaded = Failure.load(tmp_path / "f.json")
+    checks, skipped = loaded.resolve_checks()
+    assert checks == [] and len(skipped) == 1
+    assert f"--check {__name__}:CountsBatches" in skipped[0] and "\n" not in skipped[0]
+    (rebuilt,) = loaded.build_checks(user_checks=[CountsBatches])
     assert isinstance(rebuilt, CountsBatches) and rebuilt.at_least == 3
+    mine = CountsBatches(at_least=9)
+    assert loaded.build_checks(user_checks=[mine]) == [mine]
 
 
 def test_a_version_1_file_with_check_names_still_loads(tmp_path: Path) -> None:
@@ -88,3 +97,33 @@ def test_replay_judges_with_the_stored_parameters(world2: World, tmp_path: Path)
     loose = Failure(Schedule(), target, checks=check_specs([ReplicasInSync(atol=1e9)]))
     assert chaoslight.replay(strict, timeout=20)[0].failed
     assert not chaoslight.replay(loose, timeout=20)[0].failed
+
+
+def test_an_emitted_test_imports_a_user_check_by_name_and_passes_the_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emitted test imports the user's check class in its own source and hands it to
+    replay as an object; an import path that is no Python name becomes a comment only."""
+    specs = (
+        *check_specs([NoHang(), CountsBatches(at_least=3)]),
+        {"name": "odd", "import": "os; import shutil:X", "params": {}},
+    )
+    failure = Failure(Schedule(), "t.py:f", checks=specs, reason="r")
+    path = tmp_path / "test_regression.py"
+    emit_test(failure, path)
+    source = path.read_text(encoding="utf-8")
+    assert f"from {__name__} import CountsBatches\n" in source and "import shutil\n" not in source
+    given: list[Any] = []
+
+    def fake_replay(failure: Failure, user_checks: Any = ()) -> Any:
+        given.extend(failure.resolve_checks(user_checks)[0])
+        raise AssertionError("replayed")
+
+    monkeypatch.setattr(chaoslight, "replay", fake_replay)
+    namespace: dict[str, Any] = {"__name__": "emitted"}
+    exec(compile(source, str(path), "exec"), namespace)
+    with pytest.raises(AssertionError, match="replayed"):
+        namespace["test_t_f_under_minimal_schedule"]()
+    no_hang, counts = given
+    assert isinstance(no_hang, NoHang) and isinstance(counts, CountsBatches)
+    assert counts.at_least == 3

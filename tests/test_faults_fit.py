@@ -219,21 +219,20 @@ def test_enospc_while_checkpointing_propagates_out_of_fit(site: str, tmp_path: P
 
 
 def test_enospc_at_torch_save_leaves_a_half_written_file(tmp_path: Path) -> None:
-    """A Raise at torch.save leaves a truncated file behind that torch.load cannot read."""
+    """A Raise at torch.save leaves a truncated file that torch.load cannot read, for as
+    long as the run lasts (tests/test_user_files.py: it is undone afterwards)."""
     state = {"w": torch.randn(1000)}
     full, half = tmp_path / "full.pt", tmp_path / "half.pt"
     torch.save(state, full)
-    with (
-        chaoslight.inject(Raise(ENOSPC, site="torch.save")) as run,
-        pytest.raises(OSError) as caught,
-    ):
-        torch.save(state, half)
+    with chaoslight.inject(Raise(ENOSPC, site="torch.save")) as run:
+        with pytest.raises(OSError) as caught:
+            torch.save(state, half)
+        assert half.exists()
+        assert 0 < half.stat().st_size < full.stat().st_size
+        with pytest.raises(RuntimeError):
+            torch.load(half)
     assert caught.value.errno == 28
     assert where(run) == [("torch.save", 0, None, 1)]
-    assert half.exists()
-    assert 0 < half.stat().st_size < full.stat().st_size
-    with pytest.raises(RuntimeError):
-        torch.load(half)
     assert torch.equal(torch.load(full)["w"], state["w"])
 
 

@@ -9,15 +9,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import ddp_targets
 import pytest
 from chaoslight.strategies import schedules
 
+from chaoslight import Failure, Outcome, Schedule
 from chaoslight._checks import ErrorsSurface
+from chaoslight._cli import _fuzz as fuzz_cli
 from chaoslight._cli import main
 from chaoslight._search import Campaign
-from chaoslight._search._inprocess import in_process_runner
+from chaoslight._search import _campaign as campaign_module
+from chaoslight._search._database import in_shard
+from chaoslight._search._inprocess import in_process_runner, run_in_process
 from chaoslight._world._outcome import RANK_STATUSES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +112,8 @@ def test_fuzz_finds_shrinks_and_replays_a_swallowed_oom(tmp_path: Path) -> None:
     assert f"replay: chaoslight replay chaoslight-failure.json {SWALLOWED}:train" in found.stdout
     saved = json.loads((tmp_path / "chaoslight-failure.json").read_text())
     assert saved["target"] == f"{SWALLOWED}:train" and saved["world_size"] == 2
-    again = chaoslight("replay", "chaoslight-failure.json", cwd=tmp_path)
+    # The command fuzz printed: the target is named, as it lies outside tmp_path.
+    again = chaoslight("replay", "chaoslight-failure.json", f"{SWALLOWED}:train", cwd=tmp_path)
     assert again.returncode == 1 and "replay: still fails" in again.stdout
     emitted = subprocess.run(
         [
@@ -259,3 +265,102 @@ def test_max_time_bounds_the_campaign_and_the_coverage_is_printed(tmp_path: Path
     assert elapsed < 4 + 60  # the World's start and the example in flight, with a wide margin
     assert re.search(r"explored: faults at \d+ of \d+ reached \(site, step\) points", clean.stdout)
     assert "kinds tried:" in clean.stdout
+
+
+# A few quick runs on the stand-in World below: no replay, no timeline, stragglers only.
+STAND_IN = ["--replays", "0", "--no-html", "--max-examples", "5", "--faults", "delay"]
+
+
+class FailsWithAnyFault:
+    """Stands in for ``World`` in the fuzz command: each run happens in this process, and
+    the program fails whenever its schedule has a fault (no rank process starts)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __enter__(self) -> FailsWithAnyFault:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, target: str, schedule: Schedule, **options: Any) -> Outcome:
+        def program() -> None:
+            if schedule.faults:
+                raise RuntimeError("the program's own bug")
+
+        return run_in_process(program, schedule)
+
+
+def test_an_unreachable_database_warns_once_without_its_password_and_the_file_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fuzz --database redis://:secret@… with nobody there: one warning that never shows
+    the password, the search goes on, and its failure file is written (exit 1)."""
+    monkeypatch.setattr(fuzz_cli, "World", FailsWithAnyFault)
+    out = tmp_path / "found.json"
+    status = main(
+        ["fuzz", f"{SWALLOWED}:train", "--database", "redis://:secret@127.0.0.1:1/0",
+         "--out", str(out), "--seed", "1", *STAND_IN]
+    )  # fmt: skip
+    shown = capsys.readouterr()
+    assert status == 1 and out.exists(), shown
+    warnings = [line for line in shown.err.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "redis://:***@127.0.0.1:1/0" in warnings[0]
+    assert "secret" not in shown.out + shown.err + out.read_text()
+
+
+def test_the_failure_file_is_written_before_the_database_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """When fuzz records its failure in --database, the failure file is already on disk: a
+    database write that hangs or is interrupted cannot lose it."""
+    monkeypatch.setattr(fuzz_cli, "World", FailsWithAnyFault)
+    out = tmp_path / "found.json"
+    file_there_when_recorded: list[bool] = []
+    monkeypatch.setattr(
+        campaign_module, "remember", lambda *args: file_there_when_recorded.append(out.exists())
+    )
+    status = main(
+        ["fuzz", f"{SWALLOWED}:train", "--database", str(tmp_path / "db"), "--out", str(out),
+         "--seed", "1", *STAND_IN]
+    )  # fmt: skip
+    assert status == 1, capsys.readouterr()
+    assert file_there_when_recorded == [True]
+
+
+class RecordsRuns(FailsWithAnyFault):
+    """The same stand-in, passing every run, and keeping each schedule it ran."""
+
+    ran: list[Schedule] = []
+
+    def run(self, target: str, schedule: Schedule, **options: Any) -> Outcome:
+        RecordsRuns.ran.append(schedule)
+        return run_in_process(lambda: None, schedule)
+
+
+def test_a_shard_worker_does_not_replay_another_shards_stored_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """fuzz --shard 1/2 leaves the failure worker 0/2 stored (a fault in the forward, in
+    shard 0) to worker 0/2, and searches its own sites."""
+    database, out = str(tmp_path / "db"), tmp_path / "found.json"
+    worker = [
+        "fuzz",
+        f"{SWALLOWED}:train",
+        "--database",
+        database,
+        "--out",
+        str(out),
+        "--seed",
+        "1",
+    ]
+    monkeypatch.setattr(fuzz_cli, "World", FailsWithAnyFault)
+    worker += STAND_IN
+    assert main([*worker, "--shard", "0/2", "--sites", "lightning.forward"]) == 1
+    stored = Failure.load(str(out)).schedule
+    assert in_shard(stored, (0, 2)) and not in_shard(stored, (1, 2))
+    monkeypatch.setattr(fuzz_cli, "World", RecordsRuns)
+    RecordsRuns.ran = []
+    assert main([*worker, "--shard", "1/2", "--sites", "lightning.backward"]) == 0
+    assert stored not in RecordsRuns.ran and len(RecordsRuns.ran) > 2, capsys.readouterr()

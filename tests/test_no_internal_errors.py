@@ -1,9 +1,17 @@
 """No exception ever originates in chaoslight's own frames: random schedules of every kind
-(with a memory budget) against correct programs are judged, never crash chaoslight."""
+(with a memory budget) against correct programs are judged, never crash chaoslight. And
+the judgement can fail: an error planted in chaoslight's code is told from a deliberate
+injection by the runtime's mark, not by the name of the function that raised it."""
 
 from __future__ import annotations
 
+import io
+import signal
+import time
+import types
+
 import pytest
+import torch
 from chaoslight.strategies import (
     allocations,
     corruptions,
@@ -17,9 +25,13 @@ from helpers import fit, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaoslight import MemoryBudget, Schedule
+import chaoslight._runtime._engine as engine
+from chaoslight import MemoryBudget, Preempt, Schedule
+from chaoslight._runtime import HangDetected, Watchdog
+from chaoslight._runtime._memory import format_bytes
 from chaoslight._search._inprocess import run_in_process
-from chaoslight._search._oracle import internal_error, judge
+from chaoslight._search._oracle import FAILED_CLEANLY, INTERNAL, internal_error, judge
+from chaoslight._world._outcome import ExceptionInfo
 
 SITES = [
     "lightning.training_step",
@@ -69,3 +81,87 @@ def test_random_schedules_never_raise_inside_chaoslight(
         outcome = run_in_process(correct_program, schedule)
     assert internal_error(outcome) is None, outcome.report()
     assert not judge(outcome).internal
+
+
+def _saved() -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"w": 1}, buffer)
+    return buffer.getvalue()
+
+
+SAVED = _saved()
+
+
+def load_once() -> None:
+    """A program with one site and nothing else: a torch.load from memory."""
+    torch.load(io.BytesIO(SAVED))
+
+
+def test_an_error_planted_in_chaoslight_is_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in the engine's firing code (here: the OOM factory called with the wrong
+    arguments) is reported as chaoslight's internal error, with its real traceback, even
+    in a function that also raises on purpose."""
+    monkeypatch.setattr(engine, "simulated_oom", format_bytes)
+    outcome = run_in_process(load_once, Schedule.parse("oom@torch.load"))
+    traceback = outcome.ranks[0].exception.traceback  # type: ignore[union-attr]
+    assert "in _apply" in traceback and "NoneType: None" not in traceback
+    verdict = judge(outcome)
+    assert verdict.internal and verdict.rule == INTERNAL, verdict.reason
+    assert "raised in chaoslight: _apply" in verdict.reason
+
+
+def test_a_deliberate_raise_from_a_renamed_function_is_still_deliberate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The injected error is the fault's whatever the engine's functions are called: the
+    mark on the exception decides, so the run failed cleanly by its fault."""
+    apply = engine.Engine._apply
+    code = apply.__code__.replace(co_name="_throwaway", co_qualname="Engine._throwaway")
+    renamed = types.FunctionType(code, apply.__globals__, "_throwaway", apply.__defaults__)
+    monkeypatch.setattr(engine.Engine, "_apply", renamed)
+    outcome = run_in_process(load_once, Schedule.parse("raise@torch.load exception=ValueError"))
+    assert "in _throwaway" in outcome.ranks[0].exception.traceback  # type: ignore[union-attr]
+    verdict = judge(outcome)
+    assert not verdict.internal and verdict.rule == FAILED_CLEANLY, verdict.reason
+
+
+def test_what_a_c_signal_handler_raises_at_a_preemption_notice_is_deliberate() -> None:
+    """A program that turns SIGTERM into KeyboardInterrupt (a handler written in C, which
+    raises in chaoslight's frame that sent the signal): the error is the notice's, marked."""
+    from chaoslight._runtime._preempt import Notices
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            Notices(lambda *args, **kwargs: None).deliver(Preempt(site="torch.load"), 0, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert raised.value.__traceback__ is not None
+    assert ExceptionInfo.of(raised.value).deliberate
+
+
+def test_a_memory_budgets_oom_is_deliberate_not_internal() -> None:
+    """A tensor over the memory budget raises the simulated OOM from the budget's own code:
+    marked, so the verdict is the program's failure, never chaoslight's internal error."""
+
+    def allocate() -> None:
+        torch.ones(2**21, dtype=torch.uint8)
+
+    schedule = Schedule([], memory_budget=MemoryBudget(2**20, 2**16))
+    outcome = run_in_process(allocate, schedule)
+    info = outcome.ranks[0].exception
+    assert info is not None and info.type == "OutOfMemoryError" and info.deliberate
+    assert "_dispatch_budget.py" in info.traceback
+    verdict = judge(outcome)
+    assert verdict.failed and not verdict.internal, verdict.reason
+
+
+def test_the_watchdogs_hang_interrupt_is_deliberate() -> None:
+    """HangDetected, raised by chaoslight's own signal handler in the main thread, carries
+    the mark: a hang the watchdog ends is the run's hang, not chaoslight's error."""
+    with pytest.raises(HangDetected) as raised, Watchdog(0.1, interrupt_after=0.0):
+        time.sleep(5)
+    assert ExceptionInfo.of(raised.value).deliberate
+    assert raised.value.__traceback__ is not None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from chaoslight import Schedule
@@ -163,7 +166,8 @@ def test_desync_fault_only_requires_that_nothing_hangs() -> None:
 
 
 def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
-    """A traceback whose innermost frame is chaoslight's own (not a deliberate raise) is ours."""
+    """A traceback whose innermost frame is chaoslight's own is ours unless the runtime
+    marked it deliberate, whatever the function is called (charge is no longer special)."""
     import chaoslight._runtime._memory as memory
 
     frame = f'  File "{memory.__file__}", line 99, in _release\n'
@@ -172,9 +176,25 @@ def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
     )
     verdict = judge(outcome([bad, raised(1, "RuntimeError", GLOO, when=2.0)]))
     assert verdict.failed and verdict.internal and verdict.rule == INTERNAL
-    deliberate = f'  File "{memory.__file__}", line 59, in charge\n'
-    ours = raised(0, "OutOfMemoryError", OOM_TEXT, tb=f"Traceback:\n{deliberate}")
-    assert not judge(outcome([ours, passed(1)])).internal
+    for function in ("charge", "_renamed_helper"):
+        tb = f'Traceback:\n  File "{memory.__file__}", line 59, in {function}\n'
+        unmarked = raised(0, "OutOfMemoryError", OOM_TEXT, tb=tb)
+        assert judge(outcome([unmarked, passed(1)])).internal
+        assert unmarked.exception is not None
+        marked = replace(unmarked, exception=replace(unmarked.exception, deliberate=True))
+        assert not judge(outcome([marked, passed(1)])).internal
+
+
+def test_the_deliberate_mark_crosses_the_rank_boundary() -> None:
+    """A marked exception's ExceptionInfo says deliberate, and keeps it through the JSON a
+    rank sends its parent; an unmarked one does not."""
+    from chaoslight._runtime._deliberate import mark
+    from chaoslight._world._worker import exception_info
+
+    for exc, expected in ((mark(ValueError("injected")), True), (ValueError("ours"), False)):
+        info = exception_info(exc)
+        assert info.deliberate is expected
+        assert ExceptionInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
 
 
 @pytest.mark.parametrize("fault", ["oom@lightning.forward rank=1 step=9"])

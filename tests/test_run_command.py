@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ import psutil
 import pytest
 
 from chaoslight._cli import build_parser, main
-from chaoslight._cli._job import EXIT_TIMEOUT
+from chaoslight._cli._job import EXIT_TIMEOUT, Job
 from chaoslight._cli._run import DEFAULT_TIMEOUT_S, read_events
+from chaoslight._runtime._autostart import EVENTS_VARIABLE, JOB_VARIABLE
 
 CLI = [sys.executable, "-m", "chaoslight._cli"]
 TEST_TIMEOUT_S = 120  # every subprocess here ends long before this, or the test fails
@@ -239,14 +241,66 @@ def test_run_reports_truncated_event_lines_in_one_line(
 ) -> None:
     """`chaoslight run` says how many truncated event lines it skipped, and no traceback."""
     events = tmp_path / "events"
-    events.mkdir()
-    (events / "events-99.jsonl").write_text(event_line(99) + "\n" + '{"kind": "fi')
+    log = f'"${EVENTS_VARIABLE}/events-99-${JOB_VARIABLE}.jsonl"'  # as the job's process names it
+    write = f"printf '%s\\n%s' {shlex.quote(event_line(99))} '{{\"kind\": \"fi' > {log}"
     argv = ["run", "--schedule", str(schedule), "--events-dir", str(events), "--timeout", "60"]
-    argv += ["--", "true"]
+    argv += ["--", "bash", "-c", write]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "chaoslight: 1 truncated event line skipped" in err
     assert "fired    delay@torch.save" in err and "Traceback" not in err
+
+
+# -- jobs side by side, and pids that are no longer the job's ---------------------------------
+def test_two_jobs_sharing_an_events_dir_leave_each_other_alone(
+    tmp_path: Path, schedule: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job ending beside another in one --events-dir kills and reads only its own."""
+    events = tmp_path / "events"
+    events.mkdir()
+    other_env = {**os.environ, EVENTS_VARIABLE: str(events), JOB_VARIABLE: "0123456789ab"}
+    other = subprocess.Popen(["sleep", "60"], env=other_env, start_new_session=True)
+    try:
+        # What the other job's armed rank has in the folder: its (empty) stack file, its events.
+        (events / f"stacks-{other.pid}.txt").write_text("")
+        (events / f"events-{other.pid}-0123456789ab.jsonl").write_text(event_line(other.pid) + "\n")
+        argv = ["run", "--schedule", str(schedule), "--events-dir", str(events), "--timeout", "60"]
+        assert main([*argv, "--", "true"]) == 0
+        err = capsys.readouterr().err
+        assert other.poll() is None, "the other job's process was killed"
+        assert "left behind" not in err and "fired" not in err, err
+        assert (events / f"stacks-{other.pid}.txt").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_no_signal_goes_to_the_commands_pid_once_it_is_reaped(
+    schedule: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the command is reaped its pid may be another process's: it is sent nothing."""
+    started: list[subprocess.Popen[bytes]] = []
+    late: list[tuple[str, int]] = []
+    real_start = Job._start
+
+    def start(job: Job) -> subprocess.Popen[bytes]:
+        started.append(real_start(job))
+        return started[-1]
+
+    def spy(name: str, real: Any) -> Any:
+        def send(pid: int, signum: int) -> None:
+            if started and pid == started[0].pid and started[0].returncode is not None:
+                late.append((name, signum))
+            real(pid, signum)
+
+        return send
+
+    monkeypatch.setattr(Job, "_start", start)
+    monkeypatch.setattr(os, "kill", spy("kill", os.kill))
+    monkeypatch.setattr(os, "killpg", spy("killpg", os.killpg))
+    assert main(["run", "--schedule", str(schedule), "--timeout", "60", "--", "true"]) == 0
+    assert started and started[0].returncode == 0
+    assert late == []
 
 
 # -- World workers ---------------------------------------------------------------------------

@@ -231,3 +231,24 @@ def test_position_round_trips_through_json() -> None:
         "rank 1 is in lightning.training_step #4 at step 3 "
         "(training_step → self.log('loss', loss), train.py:41)"
     )
+
+
+def test_an_exception_in_a_tick_does_not_end_the_watchdog(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A heartbeat that raises every tick is logged once; the watchdog still reports the hang."""
+    reports: list[HangReport] = []
+
+    def broken_heartbeat() -> None:
+        raise OSError("the parent's pipe is gone")
+
+    with Watchdog(0.2, reports.append, on_tick=broken_heartbeat, tick_every=0.01) as dog:
+        deadline = time.monotonic() + 5.0
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert dog._thread is not None and dog._thread.is_alive()
+    assert len(reports) == 1
+    assert dog.tick_errors >= 2 and isinstance(dog.last_error, OSError)
+    err = capsys.readouterr().err
+    assert err.count("the watchdog's tick raised; it goes on") == 1
+    assert "OSError: the parent's pipe is gone" in err

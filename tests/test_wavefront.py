@@ -4,9 +4,12 @@ long before the timeout; ranks that are only late are never called hung."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import chaoslight
 from chaoslight._runtime import PROGRESS_SITES, inject
 from chaoslight._world import World
 from chaoslight._world._outcome import cause_first
+from chaoslight._world._sched import Reading, asleep, read_threads
 from chaoslight._world._wavefront import (
     BLOCKED_S,
     CONFIRM_S,
@@ -170,6 +174,160 @@ def test_a_delay_inside_a_collective_site_is_not_blocking(gloo_group: object) ->
     assert len(looks) > 5 and all(look is None for look in looks)
 
 
+# -- asleep or wanting a CPU: the scheduler's view, not a CPU share --------------------------
+MS = 1_000_000  # nanoseconds
+MAIN, GLOO, INTRA_OP = 100, 101, 102
+WINDOW_S = 0.1
+
+
+def sleeping(cpu_ms: int = 500, wait_ms: int = 20, slices: int = 40) -> Reading:
+    """A thread asleep now, with these counters."""
+    return Reading("S", cpu_ms * MS, wait_ms * MS, slices)
+
+
+def later(reading: Reading, state: str, ran_ms: float, waited_ms: float, got_cpu: int) -> Reading:
+    """``reading`` one window later: in ``state``, having run and waited that long."""
+    assert reading.wait_ns is not None and reading.slices is not None
+    return Reading(
+        state,
+        reading.cpu_ns + int(ran_ms * MS),
+        reading.wait_ns + int(waited_ms * MS),
+        reading.slices + got_cpu,
+    )
+
+
+def threads(
+    **changes: tuple[str, float, float, int],
+) -> tuple[dict[int, Reading], dict[int, Reading]]:
+    """Readings of a main thread, a gloo thread and an intra-op thread, all asleep, one
+    window apart; ``changes`` (by name) say what one did meanwhile."""
+    ids = {"main": MAIN, "gloo": GLOO, "intra_op": INTRA_OP}
+    before = {tid: sleeping() for tid in ids.values()}
+    after = dict(before)
+    for name, change in changes.items():
+        after[ids[name]] = later(before[ids[name]], *change)
+    return before, after
+
+
+def test_a_process_sleeping_in_a_collective_is_asleep() -> None:
+    """Every thread asleep, gloo's loop waking every 10 ms (waiting a CPU each time): asleep."""
+    assert asleep(*threads(), MAIN, WINDOW_S)
+    assert asleep(*threads(gloo=("S", 0.2, 30, 10)), MAIN, WINDOW_S)
+
+
+def test_a_starved_runnable_main_thread_is_never_asleep() -> None:
+    """A main thread that waits for a CPU (runnable, its CPU share near nothing) is not asleep:
+    neither while it waits nor once it got the CPU and waited most of the window for it."""
+    assert not asleep(*threads(main=("R", 1, 90, 1)), MAIN, WINDOW_S)
+    assert not asleep(*threads(main=("R", 0, 0, 0)), MAIN, WINDOW_S)  # no CPU yet at all
+    assert not asleep(*threads(main=("S", 2, 80, 3)), MAIN, WINDOW_S)  # just went to sleep
+
+
+def test_a_starved_gloo_thread_keeps_the_process_awake() -> None:
+    """The main thread sleeps in a collective whose gloo thread still works, starved: not
+    asleep (the peer may be one collective ahead, and this one still completes)."""
+    assert not asleep(*threads(gloo=("R", 20, 80, 6)), MAIN, WINDOW_S)
+    before, after = threads()
+    runnable = Reading("R", 0, 0, 0)  # runnable at both looks, no CPU between: waited all along
+    assert not asleep({**before, GLOO: runnable}, {**after, GLOO: runnable}, MAIN, WINDOW_S)
+
+
+def test_a_backward_that_computes_is_not_asleep() -> None:
+    """In autograd, computing: the main thread runs, or waits at an op's end for an intra-op
+    thread that computes or is starved; never asleep."""
+    assert not asleep(*threads(main=("R", 95, 5, 3)), MAIN, WINDOW_S)
+    assert not asleep(*threads(intra_op=("R", 90, 8, 4)), MAIN, WINDOW_S)
+    assert not asleep(*threads(intra_op=("S", 10, 70, 9)), MAIN, WINDOW_S)
+
+
+def test_without_schedstat_the_state_letter_and_cpu_time_decide() -> None:
+    """No run-queue counters: a sleeping process is asleep; a runnable thread, or one that
+    used CPU, is not."""
+    before = {MAIN: Reading("S", 500 * MS), GLOO: Reading("S", 40 * MS)}
+    assert asleep(before, dict(before), MAIN, WINDOW_S)
+    assert not asleep(before, {**before, GLOO: Reading("R", 40 * MS)}, MAIN, WINDOW_S)
+    assert not asleep(before, {**before, MAIN: Reading("S", 580 * MS)}, MAIN, WINDOW_S)
+
+
+def test_this_machine_reads_its_threads() -> None:
+    """This process's threads are read, the caller's left out, the test's own thread running."""
+    me = threading.get_native_id()
+    seen = read_threads(skip=-1)
+    assert seen is not None and seen[me].state == "R"
+    others = read_threads(skip=me)
+    assert others is not None and me not in others
+
+
+KEY = ("dist.all_reduce", 8, 1, 3)
+
+
+def looks(tracker: Tracker, count: int) -> list[Front | None]:
+    """What ``count`` looks of ``tracker`` say, a few milliseconds apart."""
+    seen = []
+    for _ in range(count):
+        seen.append(tracker.look())
+        time.sleep(0.002)
+    return seen
+
+
+def tracker_reading(monkeypatch: pytest.MonkeyPatch, main: list[Reading] | None) -> Tracker:
+    """A tracker whose main thread sits in collective #8 (its frames say so) and whose
+    threads read as ``main`` says, one reading per look (None: no /proc)."""
+    readings = iter(main or [])
+    tracker = Tracker(
+        lambda: True, read=lambda skip: None if main is None else {MAIN: next(readings)}
+    )
+    tracker.main_tid = MAIN
+    monkeypatch.setattr(tracker, "_key", lambda frame: KEY)
+    return tracker
+
+
+def test_the_tracker_reports_a_sleeping_rank_and_never_a_starved_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In collective #8 and asleep: blocked, longer at every look. Runnable and starved (a
+    CPU share as small): never blocked, however long. No /proc: never blocked."""
+    asleep_ = [sleeping()] * 6
+    reports = looks(tracker_reading(monkeypatch, asleep_), 6)
+    assert reports[0] is None and all(r is not None and r.seq == 8 for r in reports[1:])
+    assert reports[-1] is not None and reports[1] is not None
+    assert reports[-1].blocked_s > reports[1].blocked_s
+    starved = [sleeping()]
+    for _ in range(9):
+        starved.append(later(starved[-1], "R", 0.5, 1.5, 1))
+    assert looks(tracker_reading(monkeypatch, starved), 10) == [None] * 10
+    assert looks(tracker_reading(monkeypatch, None), 5) == [None] * 5
+
+
+def test_a_collective_still_worked_by_gloo_is_not_blocking(gloo_group: object) -> None:
+    """The main thread sleeps in a long all_gather that gloo's thread computes (as a starved
+    rank's thread would, long after its peer moved on): never blocked."""
+    import torch
+    import torch.distributed as dist
+
+    tracker = Tracker(lambda: True)
+    reports: list[Front | None] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            reports.append(tracker.look())
+            time.sleep(0.01)
+
+    tensor = torch.ones(20_000_000)
+    gathered = [torch.empty_like(tensor)]
+    with inject(chaoslight.Schedule(), observe=PROGRESS_SITES):
+        thread = threading.Thread(target=watch)
+        thread.start()
+        try:
+            time.sleep(0.05)  # a few looks before, to read the threads asleep first
+            dist.all_gather(gathered, tensor)
+        finally:
+            done.set()
+            thread.join()
+    assert len(reports) > 10 and all(report is None for report in reports)
+
+
 # -- real ranks ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def world() -> Iterator[World]:
@@ -286,3 +444,27 @@ def test_a_rank_waiting_in_ddps_gradient_all_reduce_is_seen_at_the_wavefront(
     assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
     evidence = " ".join(outcome.evidence.values())
     assert "dist.gradient_allreduce" in evidence and "_sigterm_notifier_fn" in evidence
+
+
+@contextmanager
+def busy_processes(count: int) -> Iterator[None]:
+    """``count`` processes spinning on a CPU each (killed after the block)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+@pytest.mark.slow
+def test_correct_programs_beside_busy_processes_are_never_hung(world: World) -> None:
+    """4 processes spin on this machine's cores while correct programs run (each rank
+    starved to a fraction of a core): they pass; the mismatched one is still hung at once."""
+    with busy_processes(4):
+        for name in (EXAMPLE, target("broadcast_then_reduce"), EXAMPLE):
+            outcome = world.run(name, timeout=TIMEOUT)
+            assert outcome.status == "passed", outcome.report()
+        outcome = world.run(target("barrier_against_all_reduce"), timeout=TIMEOUT)
+    assert outcome.status == "hung" and outcome.wall_s < 5.0, outcome.report()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._world import ExceptionInfo, Outcome, RankResult, World
 from chaoslight._world._example import crash_line
 from chaoslight._world._outcome import overall, settle
+from chaoslight._world._slot import Slot, WorkersDidNotStart, worker_environment
 from chaoslight._world._target import parse_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +62,14 @@ def sessions_alive(sessions: set[int]) -> list[int]:
         if int(fields[3]) in sessions:
             found.append(int(stat.parent.name))
     return found
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``R``, ``S``, ``Z``...), or ``gone``, from /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 def children() -> list[int]:
@@ -284,7 +294,8 @@ def test_killed_rank_is_crashed_and_the_other_released(world: World) -> None:
 
 @pytest.mark.slow
 def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
-    """Destroyed group, dtype, threads, cwd, files, env (WORLD_SIZE too), RNG: all put back."""
+    """Destroyed group, dtype, threads, cwd, files, env (WORLD_SIZE too), RNG, signal
+    handlers: all put back; gloo uses the loopback interface."""
     first = world.run(target("state"), timeout=TIMEOUT)
     messy = world.run(target("leaves_a_mess"), timeout=TIMEOUT)
     assert messy.status == "passed" and messy.ranks[0].value == "messy", messy.report()
@@ -300,7 +311,10 @@ def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
         "env": None,
         "world_size": "2",
         "rand": first.ranks[0].value["rand"],
+        "handlers": first.ranks[0].value["handlers"],
+        "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
     }
+    assert "_leftover_handler" not in seen["handlers"]
 
 
 @pytest.mark.slow
@@ -394,6 +408,52 @@ def test_close_after_an_exception_kills_every_worker() -> None:
     assert sessions_alive(sessions) == []
     with pytest.raises(ChaosError, match="closed"):
         pool.run(EXAMPLE)
+
+
+@pytest.mark.slow
+def test_a_forked_child_leaves_the_parents_world_alone() -> None:
+    """A child forked from the World's process (a DataLoader worker) ends without closing it."""
+    with World(size=1, spares=0) as pool:
+        sessions = set(pool.processes)
+        child = os.fork()
+        if child == 0:  # what the child's exit runs: the World's finalizer
+            pool._finalizer()
+            os._exit(0)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        running = [pid for pid in sessions if _state(pid) not in ("Z", "gone")]
+        assert running == sorted(sessions) and pool._root.is_dir()
+    assert sessions_alive(sessions) == []
+
+
+def test_a_reaped_worker_is_sent_no_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a worker is reaped its pid may be another process's: ending its slot sends nothing."""
+    slot = Slot("true", dict(os.environ), tmp_path / "worker.log")  # exits at once
+    assert slot.reap(wait=30) == 0
+    sent: list[int] = []
+    monkeypatch.setattr(os, "killpg", lambda pid, signum: sent.append(pid))
+    monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append(pid))
+    slot.signal()
+    slot.close()
+    assert sent == [] and slot.dead
+
+
+def test_a_missing_interpreter_is_one_line_naming_it() -> None:
+    """World(python=...) that does not exist: WorkersDidNotStart naming it, no folder left."""
+    before = set(Path(tempfile.gettempdir()).glob("chaoslight-world-*"))
+    with pytest.raises(WorkersDidNotStart) as caught:
+        World(size=1, python="/no/such/python")
+    assert str(caught.value).startswith("python='/no/such/python' cannot be started")
+    assert "\n" not in str(caught.value)
+    assert set(Path(tempfile.gettempdir()).glob("chaoslight-world-*")) == before
+
+
+def test_gloo_talks_over_loopback_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks' gloo sockets use ``lo`` by default; a GLOO_SOCKET_IFNAME the user set stays."""
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert worker_environment([], (), "/tmp/x")["GLOO_SOCKET_IFNAME"] == "lo"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    assert worker_environment([], (), "/tmp/x")["GLOO_SOCKET_IFNAME"] == "eth7"
 
 
 SCRIPT = """

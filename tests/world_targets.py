@@ -7,6 +7,7 @@ importable because a path target's folder goes on ``sys.path``.
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from typing import Any
 
@@ -63,9 +64,20 @@ def leaves_a_mess() -> str:
     torch.manual_seed(1234)
     os.environ["CHAOSLIGHT_TEST_LEFTOVER"] = "1"
     tempfile.tempdir = "/nonexistent"
+    for signum in (signal.SIGTERM, signal.SIGUSR1):  # as Lightning's signal connector does
+        signal.signal(signum, _leftover_handler)
     dist.destroy_process_group()
     os.chdir("/")
     return "messy"
+
+
+def _leftover_handler(signum: int, frame: Any) -> None:
+    """A handler an example installs and never removes."""
+
+
+def _handler_name(signum: int) -> str:
+    handler = signal.getsignal(signum)
+    return str(getattr(handler, "__name__", handler))
 
 
 def state() -> dict[str, Any]:
@@ -79,6 +91,8 @@ def state() -> dict[str, Any]:
         "env": os.environ.get("CHAOSLIGHT_TEST_LEFTOVER"),
         "world_size": os.environ.get("WORLD_SIZE"),  # Lightning's teardown deletes it
         "rand": float(torch.rand(1)),
+        "handlers": [_handler_name(s) for s in (signal.SIGTERM, signal.SIGUSR1)],
+        "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME"),
     }
     _fit()
     return seen

@@ -1,8 +1,10 @@
 """The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz``, ``check``, ``replay``.
 
 Usage errors (bad flags, an unreadable or invalid schedule, an argument out of range)
-print one line and exit 2, never a traceback; ``chaoslight run --help`` lists the
-statuses of ``run``.
+print one line and exit 2, never a traceback. When the World's rank processes cannot
+start (no such interpreter, a rank that dies before its handshake, a process group that
+cannot form) the exit status is 4: the machine is at fault, not the call nor the
+program. ``chaoslight run --help`` lists the statuses of ``run``.
 """
 
 from __future__ import annotations
@@ -12,10 +14,17 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from chaoslight._cli import _catalogue, _fuzz, _run
+from chaoslight._cli import _catalogue, _check, _fuzz, _replay, _run
 from chaoslight._cli._arguments import check_arguments
-from chaoslight._cli._usage import USAGE_STATUS, Parser, UsageError
+from chaoslight._cli._usage import (
+    ENVIRONMENT_STATUS,
+    EXIT_INTERNAL,
+    USAGE_STATUS,
+    Parser,
+    UsageError,
+)
 from chaoslight._schedule import ChaosError
+from chaoslight._world._slot import WorkersDidNotStart
 
 __all__ = ["UsageError", "build_parser", "entry", "main"]
 
@@ -26,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("sites", help="list the injection sites, one line each")
     commands.add_parser("faults", help="list the fault kinds, one line each")
     _run.add_command(commands)
-    _fuzz.add_commands(commands)
+    _fuzz.add_command(commands)
+    _check.add_command(commands)
+    _replay.add_command(commands)
     return parser
 
 
@@ -41,13 +52,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fuzz":
             return _fuzz.fuzz_command(args)
         if args.command == "replay":
-            return _fuzz.replay_command_main(args)
+            return _replay.main(args)
         if args.command == "check":
-            return _fuzz.check_command(args)
+            return _check.main(args)
         return _run.run_command(args)
     except UsageError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
         return exc.status
+    except WorkersDidNotStart as exc:
+        print(f"chaoslight: error: {exc}", file=sys.stderr)
+        return ENVIRONMENT_STATUS
     except ChaosError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
         return USAGE_STATUS
@@ -60,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         traceback.print_exc(file=sys.stderr)
-        return _fuzz.EXIT_INTERNAL
+        return EXIT_INTERNAL
 
 
 def entry() -> None:

@@ -1,39 +1,33 @@
-"""``chaoslight fuzz``, ``chaoslight check`` and ``chaoslight replay``.
+"""``chaoslight fuzz TARGET``: search schedules that break the target, shrink one, replay it.
 
 Exit status: 0 nothing found (or a flaky failure only), 1 a reproduced failure (or a
 target that fails with no fault injected), 2 a usage error, 3 an internal error of
-chaoslight itself (a bug to report, never a finding about the target).
+chaoslight itself (a bug to report, never a finding about the target), 4 the workers did
+not start.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from chaoslight._cli._arguments import add_world_options, chosen_checks
+from chaoslight._cli._outputs import Outputs
 from chaoslight._cli._progress import Display
-from chaoslight._cli._report import show_cause_traceback, show_timeline, traced_timeline
+from chaoslight._cli._report import traced_timeline
+from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._schedule import InvalidArgument
-from chaoslight._search import DEFAULT_CHECKS, check, fuzz, replay
+from chaoslight._search import DEFAULT_CHECKS, fuzz
 from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._strategies import DEFAULT_KINDS, MODES
 from chaoslight._world import World
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL = 0, 1, 3
 
-
-def add_commands(commands: Any) -> None:
-    """The ``fuzz``, ``check`` and ``replay`` sub-commands."""
-    _add_fuzz(commands)
-    _add_check(commands)
-    _add_replay(commands)
-
-
-def _add_fuzz(commands: Any) -> None:
+def add_command(commands: Any) -> None:
     fuzz_parser = commands.add_parser(
         "fuzz",
         help="search schedules that break TARGET; shrink and replay one",
@@ -43,7 +37,7 @@ def _add_fuzz(commands: Any) -> None:
         "found; 1: a failure; 2: usage error; 3: internal error of chaoslight.",
     )
     fuzz_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
-    _world_options(fuzz_parser, world_size=2, timeout=20.0)
+    add_world_options(fuzz_parser, world_size=2, timeout=20.0)
     _search_options(fuzz_parser.add_argument_group("search"))
     out = fuzz_parser.add_argument_group("output")
     out.add_argument(
@@ -102,15 +96,15 @@ def _search_options(search: Any) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="bound the whole campaign (search, shrinking, replays); it stops with the best "
-        "result so far (default: no bound)",
+        help="bound the whole campaign (the database's failures, search, shrinking, replays); "
+        "it stops with the best result so far (default: no bound)",
     )
     search.add_argument(
         "--shard",
         default=None,
         metavar="I/N",
-        help="search the I-th of N disjoint parts of the reached fault space (workers "
-        "sharing --database; default: all of it)",
+        help="search the I-th of N disjoint parts of the reached fault space and replay only "
+        "the --database failures in it (workers sharing --database; default: all of it)",
     )
     search.add_argument(
         "--max-faults", type=int, default=3, metavar="N", help="most faults in one schedule"
@@ -139,77 +133,9 @@ def _search_options(search: Any) -> None:
     search.add_argument(
         "--database",
         default=None,
-        metavar="DIR",
-        help="Hypothesis example database folder, made if missing (default: none kept)",
-    )
-
-
-def _add_check(commands: Any) -> None:
-    check_parser = commands.add_parser(
-        "check", help="run TARGET once with no fault and the default checks"
-    )
-    check_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
-    _world_options(check_parser, world_size=2, timeout=20.0)
-
-
-def _add_replay(commands: Any) -> None:
-    replay_parser = commands.add_parser("replay", help="run a failure or schedule file again")
-    replay_parser.add_argument("file", help="a failure file from fuzz, or a schedule file")
-    replay_parser.add_argument("target", nargs="?", default=None, help="(default: the file's)")
-    replay_parser.add_argument(
-        "--world-size", type=int, default=None, help="ranks (default: the file's)"
-    )
-    replay_parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds a rank may go without progress (default: the file's)",
-    )
-    replay_parser.add_argument(
-        "--check",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="a check to run instead of the file's (repeatable; default: the file's)",
-    )
-    replay_parser.add_argument(
-        "--html",
-        default=None,
-        metavar="OUT",
-        help="write the replay's timeline to OUT: one self-contained HTML page, a lane per "
-        "rank (default: none; the text form is printed for a failure of several ranks)",
-    )
-
-
-def _world_options(parser: argparse.ArgumentParser, world_size: int, timeout: float) -> None:
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=world_size,
-        metavar="N",
-        help="ranks, each a process on this machine",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=timeout,
-        metavar="SECONDS",
-        help="seconds a rank may go without progress before it counts as hung",
-    )
-    parser.add_argument(
-        "--check",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=f"add a check to the defaults ({', '.join(DEFAULT_CHECKS)}); repeatable "
-        "(default: none added)",
-    )
-    parser.add_argument(
-        "--no-check",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="remove a default check; repeatable (default: none removed)",
+        metavar="DIR|URL",
+        help="a folder (made if missing) or a redis://, rediss:// or unix:// URL campaigns "
+        "share; if it fails: one warning, the campaign goes on (default: none kept)",
     )
 
 
@@ -224,17 +150,6 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
         raise InvalidArgument(f"--shard={value} must be I/N with 0 <= I < N, e.g. 0/4")
     return int(index), int(count)
-
-
-def _checks(args: argparse.Namespace) -> list[str]:
-    unknown = [name for name in args.no_check if name not in DEFAULT_CHECKS]
-    if unknown:
-        raise InvalidArgument(
-            f"--no-check {unknown[0]!r} is not a default check; defaults: "
-            + ", ".join(DEFAULT_CHECKS)
-        )
-    chosen = [name for name in DEFAULT_CHECKS if name not in args.no_check]
-    return chosen + [name for name in args.check if name not in chosen]
 
 
 def _kinds(args: argparse.Namespace) -> list[str] | None:
@@ -257,17 +172,18 @@ def _kinds(args: argparse.Namespace) -> list[str] | None:
 
 
 def fuzz_command(args: argparse.Namespace) -> int:
+    outputs = Outputs(args)  # checked now: never a user's file overwritten at the end
     # One World for the search and the traced replay that draws the timeline.
     with World(size=args.world_size) as world:
-        return _fuzz(args, world)
+        return _fuzz(args, world, outputs)
 
 
-def _fuzz(args: argparse.Namespace, world: World) -> int:
+def _fuzz(args: argparse.Namespace, world: World, outputs: Outputs) -> int:
     console = Console(highlight=False, soft_wrap=True, markup=False)
     result, failure = fuzz(
         args.target,
         world_size=args.world_size,
-        checks=_checks(args),
+        checks=chosen_checks(args),
         faults=_kinds(args),
         sites=_split(args.sites),
         steps=args.steps,
@@ -282,6 +198,7 @@ def _fuzz(args: argparse.Namespace, world: World) -> int:
         display=Display(f"{args.target} (world size {args.world_size})"),
         world=world,
         strict=args.strict,
+        on_failure=lambda found: found.save(outputs.failure_file()),  # before the database
     )
     for finding in result.known:
         for line in finding.report():
@@ -295,14 +212,13 @@ def _fuzz(args: argparse.Namespace, world: World) -> int:
         return EXIT_CLEAN
     assert failure is not None and result.schedule is not None
     _print_result(console, result, failure)
-    failure.save(args.out)
-    console.print(f"written to {args.out}")
-    console.print(f"replay: {replay_command(args.out, failure)}")
-    if not args.no_html:
-        traced_timeline(console, world, failure, args.out)
+    console.print(f"written to {outputs.out}")  # by on_failure, as soon as it was confirmed
+    console.print(f"replay: {replay_command(outputs.out, failure)}")
+    if not args.no_html and outputs.page() is not None:
+        traced_timeline(console, world, failure, str(outputs.out))
     if args.emit_test and result.status != INTERNAL:
-        emit_test(failure, args.emit_test)
-        console.print(f"regression test written to {args.emit_test}")
+        emit_test(failure, test := outputs.test_file())
+        console.print(f"regression test written to {test}")
     if result.coverage is not None:
         console.print(result.coverage.line())
     return {INTERNAL: EXIT_INTERNAL, FLAKY: EXIT_CLEAN}.get(result.status, EXIT_FOUND)
@@ -331,57 +247,3 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     if result.status in (FLAKY, BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")
-
-
-def check_command(args: argparse.Namespace) -> int:
-    verdict, outcome = check(
-        args.target, world_size=args.world_size, checks=_checks(args), timeout=args.timeout
-    )
-    console = Console(highlight=False, soft_wrap=True, markup=False)
-    if verdict.internal:
-        console.print(f"chaoslight check: INTERNAL ERROR of chaoslight: {verdict.reason}")
-        return EXIT_INTERNAL
-    if verdict.failed:
-        console.print(f"chaoslight check: {args.target} fails with no fault injected")
-        console.print(f"failure: {verdict.reason}")
-        return EXIT_FOUND
-    console.print(
-        f"chaoslight check: {args.target} passes on {args.world_size} ranks with no fault "
-        f"({outcome.wall_s:.1f} s; checks: {', '.join(_checks(args))})"
-    )
-    return EXIT_CLEAN
-
-
-def replay_command_main(args: argparse.Namespace) -> int:
-    failure = Failure.load(args.file)
-    target = args.target or failure.target
-    if not target:
-        raise InvalidArgument(
-            f"{args.file} names no target: give one, e.g. replay FILE train.py:main"
-        )
-    verdict, outcome = replay(
-        failure,
-        target=target,
-        world_size=args.world_size,
-        timeout=args.timeout,
-        checks=args.check,
-        trace=True,  # one run: the spans cost little, and the text table needs them
-    )
-    console = Console(highlight=False, soft_wrap=True, markup=False)
-    state = "INTERNAL ERROR of chaoslight" if verdict.internal else "still fails"
-    state = state if verdict.failed or verdict.internal else "passes"
-    console.print(f"replay: {state} ({outcome.status} in {outcome.wall_s:.2f} s)")
-    if verdict.failed or verdict.internal:
-        console.print(f"failure: {verdict.reason}")
-    console.print("schedule:")
-    for line in (failure.schedule.to_text() or "(empty: no fault)").splitlines():
-        console.print(f"  {line}")
-    for line in verdict.notes:
-        console.print(f"note: {line}")
-    if verdict.failed or verdict.internal:
-        show_cause_traceback(console, outcome)
-    html = Path(args.html) if args.html else None
-    show_timeline(console, outcome, verdict, html, replay_command(args.file, failure))
-    if verdict.internal:
-        return EXIT_INTERNAL
-    return EXIT_FOUND if verdict.failed else EXIT_CLEAN

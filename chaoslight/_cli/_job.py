@@ -18,18 +18,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from chaoslight._cli._usage import UsageError
-from chaoslight._runtime._autostart import EVENTS_VARIABLE
+from chaoslight._runtime._autostart import JOB_VARIABLE
 from chaoslight._runtime._dumps import armed_pids, read_dump, request_dump
 from chaoslight._runtime._proc import (
     alive,
     descendants,
     die_with_parent,
     environment_of,
+    exited,
     group_members,
     kill_all,
     kill_group,
     name_of,
+    process,
 )
 
 EXIT_TIMEOUT = 124  # what timeout(1) exits with when the time limit runs out
@@ -68,33 +72,43 @@ def exit_status(returncode: int) -> int:
 
 
 class Job:
-    """The command, its environment, and the folder where its processes leave evidence."""
+    """The command, its environment, and the folder where its processes leave evidence.
+
+    ``env`` carries the job's token (``JOB_VARIABLE``): a process outside the command's tree
+    is the job's only if it has that token, so jobs sharing ``events_dir`` never touch each
+    other's processes. The command is reaped only after everything else of the job is
+    killed: until then its pid, and its process group's id, cannot name another process.
+    """
 
     def __init__(self, command: list[str], env: dict[str, str], events_dir: Path) -> None:
         self.command = command
         self.env = env
         self.events_dir = events_dir
+        self.token = env[JOB_VARIABLE]
 
     def run(self, timeout: float) -> Ending:
         process = self._start()
         try:
-            returncode = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return self._time_out(process)
+            ended = exited(process.pid, timeout)  # not reaped: see the class docstring
         except BaseException:  # Ctrl-C, SIGTERM: the job must not outlive us
-            self._kill(process, self._pids(process.pid))
+            self._kill(process, self._processes(process.pid))
             raise
-        leftovers = self._pids(process.pid, exclude=process.pid)
+        if not ended:
+            return self._time_out(process)
+        leftovers = self._processes(process.pid, exclude=process.pid)
         self._kill(process, leftovers)
+        returncode = process.returncode if process.returncode is not None else process.wait()
         killed_by = -returncode if returncode < 0 else None
-        return Ending(exit_status(returncode), leftovers=leftovers, killed_by=killed_by)
+        pids = [proc.pid for proc in leftovers]
+        return Ending(exit_status(returncode), leftovers=pids, killed_by=killed_by)
 
     def _time_out(self, process: subprocess.Popen[bytes]) -> Ending:
         seen: list[Seen] = []
+        procs = self._processes(process.pid)
         try:
-            seen = self._evidence(process.pid)
+            seen = self._evidence(procs)
         finally:  # with its evidence or without (Ctrl-C while waiting for it), the job ends
-            unreaped = self._kill(process, [*(s.pid for s in seen), *self._pids(process.pid)])
+            unreaped = self._kill(process, [*procs, *self._processes(process.pid)])
         return Ending(EXIT_TIMEOUT, True, seen, unreaped=unreaped)
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -115,45 +129,65 @@ class Job:
         except OSError as exc:
             raise UsageError(f"cannot run {name}: {exc.strerror}", EXIT_CANNOT_EXECUTE) from None
 
-    def _pids(self, root: int, exclude: int | None = None) -> list[int]:
-        """The job's living processes: the tree under ``root``, its process group, and the
-        armed processes of this job that left both (daemonised, or in a session of their own)."""
-        found = {root, *descendants(root), *group_members(root)}
-        marker = str(self.events_dir)
+    def _processes(self, root: int, exclude: int | None = None) -> list[psutil.Process]:
+        """The job's living processes: the tree under ``root``, its process group (``root``
+        is not yet reaped, so its pid names them), and the armed processes with this job's
+        token that left both (daemonised, or in a session of their own)."""
+        found = {proc.pid: proc for proc in [*descendants(root), *group_members(root)]}
+        top = process(root)
+        if top is not None:
+            found[root] = top
         for pid in armed_pids(self.events_dir):
-            if pid not in found and environment_of(pid).get(EVENTS_VARIABLE) == marker:
-                found.add(pid)
-        return sorted(pid for pid in found if pid != exclude and pid != os.getpid() and alive(pid))
+            proc = None if pid in found else process(pid)
+            if proc is not None and environment_of(proc).get(JOB_VARIABLE) == self.token:
+                found[pid] = proc
+        return sorted(
+            (
+                proc
+                for pid, proc in found.items()
+                if pid not in (exclude, os.getpid()) and alive(proc)
+            ),
+            key=lambda proc: proc.pid,
+        )
 
-    def _evidence(self, root: int) -> list[Seen]:
+    def _evidence(self, procs: list[psutil.Process]) -> list[Seen]:
         """Every process of the job, with the stacks of the Python ones."""
         armed = set(armed_pids(self.events_dir))
         seen = [
-            Seen(pid, name_of(pid), environment_of(pid).get("RANK"), pid in armed)
-            for pid in self._pids(root)
+            Seen(proc.pid, name_of(proc), environment_of(proc).get("RANK"), proc.pid in armed)
+            for proc in procs
         ]
-        asked = [s.pid for s in seen if s.armed and request_dump(s.pid)]
+        by_pid = {proc.pid: proc for proc in procs}
+        asked = [s.pid for s in seen if s.armed and _request_dump(by_pid[s.pid])]
         deadline = time.monotonic() + DUMP_WAIT_S
-        while time.monotonic() < deadline and not all(self._dumped(pid) for pid in asked):
+        while time.monotonic() < deadline and not all(self._dumped(by_pid[pid]) for pid in asked):
             time.sleep(0.05)
         time.sleep(0.1)  # faulthandler writes a thread at a time: let the last one land
         return [
             Seen(s.pid, s.name, s.rank, s.armed, read_dump(self.events_dir, s.pid)) for s in seen
         ]
 
-    def _dumped(self, pid: int) -> bool:
-        return bool(read_dump(self.events_dir, pid).strip()) or not alive(pid)
+    def _dumped(self, proc: psutil.Process) -> bool:
+        return bool(read_dump(self.events_dir, proc.pid).strip()) or not alive(proc)
 
-    def _kill(self, process: subprocess.Popen[bytes], pids: list[int]) -> bool:
-        """SIGKILL the processes and the command's group; False once the command is reaped."""
-        kill_all([*pids, *descendants(process.pid)])
-        kill_group(process.pid)
-        kill_all([process.pid])
+    def _kill(self, process: subprocess.Popen[bytes], procs: list[psutil.Process]) -> bool:
+        """SIGKILL the processes and the command's group, then reap the command; True if it
+        did not exit even then."""
+        kill_all([*procs, *descendants(process.pid)])
+        if process.returncode is None:  # not reaped: the pid still names its group
+            kill_group(process.pid)
+        process.kill()  # Popen sends nothing once it has reaped the command
         try:
             process.wait(timeout=REAP_WAIT_S)
         except subprocess.TimeoutExpired:
             return True  # stuck in the kernel (D state): nothing more a signal can do
         return False
+
+
+def _request_dump(proc: psutil.Process) -> bool:
+    """Ask for a process's stacks, if its pid still names it (a dump signal is deadly to
+    any other process)."""
+    return alive(proc) and request_dump(proc.pid)
 
 
 @contextlib.contextmanager

@@ -57,6 +57,11 @@ class Display:
             self._last_line = now
             self._print(self._line())
 
+    def warn(self, line: str) -> None:
+        """A warning the campaign survives (the shared database failed): printed once, as
+        it comes, above the live panel."""
+        self._print(line)
+
     def interrupted(self) -> str:
         """What a Ctrl-C leaves: how far the campaign got."""
         progress = self.progress

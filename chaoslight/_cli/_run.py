@@ -1,10 +1,12 @@
 """``chaoslight run --schedule FILE -- COMMAND``: faults in every Python process of a job.
 
 The command runs unchanged (``torchrun``, ``srun``, ``python train.py``) with a
-``sitecustomize`` on ``PYTHONPATH`` that arms the schedule in each Python process once
-it imports torch, then runs the ``sitecustomize`` it shadows, if there is one. Each
-process appends its events to a JSON-lines file; at the end the logs are merged by time
-and printed, and the command's exit status is returned. A deadline (one hour unless
+``sitecustomize`` on ``PYTHONPATH`` that arms the schedule in each rank's Python process
+once it imports torch, then runs the ``sitecustomize`` it shadows, if there is one. A
+Python that cannot import chaoslight (a system tool the job calls) runs untouched, and
+is named at the end. Each process appends its events to a JSON-lines file named by the
+job's token; at the end this job's logs are merged by time and printed, and the
+command's exit status is returned. A deadline (one hour unless
 ``--timeout`` says otherwise) bounds every job: at the deadline each Python process is
 asked for its stacks, the whole job is killed, and where each process waited is printed.
 """
@@ -12,9 +14,11 @@ asked for its stacks, the whole job is killed, and where each process waited is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import linecache
 import os
+import secrets
 import signal
 import tempfile
 from collections import Counter
@@ -25,10 +29,17 @@ from rich.console import Console
 
 from chaoslight._cli._job import EXIT_TIMEOUT, Ending, Job, Seen, terminate_raises
 from chaoslight._cli._usage import RawDefaultsFormatter, UsageError
-from chaoslight._runtime._autostart import EVENTS_VARIABLE, SCHEDULE_VARIABLE
+from chaoslight._runtime._autostart import (
+    ARMED_VARIABLE,
+    EVENTS_VARIABLE,
+    JOB_VARIABLE,
+    SCHEDULE_VARIABLE,
+)
 from chaoslight._runtime._dumps import innermost_user_frame, main_thread_frames, remove_empty_dumps
 from chaoslight._runtime._events import Event, merge, render_report
+from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._model import Schedule
+from chaoslight._sites._damage import make_ledger, settle
 
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -43,21 +54,40 @@ exit status:
 A status from chaoslight itself always comes with a "chaoslight:" line on stderr; if the
 command itself exits {EXIT_TIMEOUT}, chaoslight says it was not its timeout."""
 
-SITECUSTOMIZE = """\
-# Written by `chaoslight run`: arms fault injection in every Python process of the job,
-# then runs the sitecustomize this file shadows (the next one on sys.path), if any.
+UNARMED_PREFIX = "unarmed-"  # a note left by a Python that could not import chaoslight
+
+SITECUSTOMIZE = f"""\
+# Written by `chaoslight run`: arms fault injection in each rank of the job, then runs the
+# sitecustomize this file shadows (the next one on sys.path), if any. Another interpreter
+# (a system Python the job calls, without chaoslight) runs as it would without this file,
+# and leaves a note, so that `chaoslight run` can say it ran without the schedule.
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
+
+def _unarmed(exc):
+    folder = os.environ.get({EVENTS_VARIABLE!r})
+    if not folder:
+        return
+    name = "{UNARMED_PREFIX}%d-%s.txt" % (os.getpid(), os.environ.get({JOB_VARIABLE!r}, ""))
+    try:
+        with open(os.path.join(folder, name), "w") as note:
+            note.write("%s\\t%s: %s\\n" % (sys.executable, type(exc).__name__, exc))
+    except Exception:
+        pass
+
+
 try:
-    from chaoslight._runtime._autostart import arm
+    from chaoslight._runtime._autostart import arm, is_rank
     from chaoslight._runtime._dumps import arm_dumps
-except ImportError as exc:  # a fault silently not injected would look like a pass
-    sys.exit(f"chaoslight run: this Python cannot import chaoslight ({exc})")
-arm_dumps()
-arm()
+except Exception as exc:  # whatever the reason, the job's own tool must keep working
+    _unarmed(exc)
+else:
+    if is_rank():
+        arm_dumps()
+        arm()
 
 
 def _chain():
@@ -112,16 +142,24 @@ def run_command(args: argparse.Namespace) -> int:
         raise UsageError("run needs a command after --, e.g. -- torchrun train.py")
     timeout = args.timeout  # in range: see _arguments
     schedule = Schedule.load(args.schedule)
+    check_runnable(schedule, ranks=None)  # what the job's processes would refuse, said first
     events_dir = None if args.events_dir is None else _events_dir(args.events_dir)
     console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     with tempfile.TemporaryDirectory(prefix="chaoslight-run-") as scratch, terminate_raises():
         folder = events_dir or Path(scratch) / "events"
         folder.mkdir(exist_ok=True)
-        ending = Job(command, _environment(schedule, Path(scratch), folder), folder).run(timeout)
-        events, truncated, malformed = read_events(folder)
+        ledger = make_ledger(folder)  # backups of what the job's faults damage
+        try:
+            environment = _environment(schedule, Path(scratch), folder)
+            ending = Job(command, environment, folder).run(timeout)
+        finally:  # the job is over, whole: the user's files go back as they were
+            settle(ledger)
+        job = environment[JOB_VARIABLE]
+        events, truncated, malformed = read_events(folder, job)
+        unarmed = read_unarmed(folder, job)
         remove_empty_dumps(folder)
     console.print(render_report(events, reached=Counter()))
-    for line in _notes(ending, events, truncated, malformed, timeout, events_dir):
+    for line in [*_notes(ending, events, truncated, malformed, timeout, events_dir), *unarmed]:
         console.print(f"chaoslight: {line}")
     return ending.status
 
@@ -146,15 +184,18 @@ def _environment(schedule: Schedule, scratch: Path, events_dir: Path) -> dict[st
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook_dir), env.get("PYTHONPATH")]))
     env[SCHEDULE_VARIABLE] = str(schedule_file)
     env[EVENTS_VARIABLE] = str(events_dir)
+    env[JOB_VARIABLE] = secrets.token_hex(6)  # this job's, apart from any other's
+    env.pop(ARMED_VARIABLE, None)  # an enclosing job's mark: no rank of this job yet
     return env
 
 
-def read_events(events_dir: Path) -> tuple[list[Event], int, int]:
-    """Every process's events from ``events-*.jsonl``, merged by time; and how many lines
-    were skipped: truncated (a process killed mid-write) and otherwise malformed."""
+def read_events(events_dir: Path, job: str | None = None) -> tuple[list[Event], int, int]:
+    """Every process's events from ``events-PID-JOB.jsonl`` (job ``job``; every job's with
+    None), merged by time; and how many lines were skipped: truncated (a process killed
+    mid-write) and otherwise malformed."""
     events: list[Event] = []
     truncated = malformed = 0
-    for path in sorted(events_dir.glob("events-*.jsonl")):
+    for path in sorted(events_dir.glob(f"events-*-{job}.jsonl" if job else "events-*.jsonl")):
         text = path.read_bytes().decode("utf-8", errors="replace")
         lines = text.split("\n")
         for number, line in enumerate(lines):
@@ -168,6 +209,23 @@ def read_events(events_dir: Path) -> tuple[list[Event], int, int]:
                 else:
                     malformed += 1
     return merge(events), truncated, malformed
+
+
+def read_unarmed(events_dir: Path, job: str) -> list[str]:
+    """One line per interpreter of job ``job`` that could not import chaoslight, and why."""
+    found: dict[str, int] = {}
+    for path in events_dir.glob(f"{UNARMED_PREFIX}*-{job}.txt"):
+        with contextlib.suppress(OSError):
+            line = path.read_text(encoding="utf-8", errors="replace").strip()
+            found[line] = found.get(line, 0) + 1
+    notes = []
+    for line, count in sorted(found.items()):
+        python, _, why = line.partition("\t")
+        notes.append(
+            f"{_count(count, 'Python process')} of the job ran without the schedule: "
+            f"{python} cannot import chaoslight ({why})"
+        )
+    return notes
 
 
 def _notes(

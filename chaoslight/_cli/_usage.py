@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+EXIT_CLEAN = 0  # nothing found (or a flaky failure only)
+EXIT_FOUND = 1  # a reproduced failure, or a target that fails with no fault injected
 USAGE_STATUS = 2
+EXIT_INTERNAL = 3  # an internal error of chaoslight itself: a bug to report, not a finding
+ENVIRONMENT_STATUS = 4  # the workers did not start: the machine, not the program
 
 
 class UsageError(Exception):

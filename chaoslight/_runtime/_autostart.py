@@ -4,8 +4,13 @@
 When ``CHAOSLIGHT_SCHEDULE`` is set (JSON, or a path to a schedule file), ``arm``
 waits for torch to be imported -- most Python processes never need it -- and then
 activates the schedule for the life of the process, appending events to
-``$CHAOSLIGHT_EVENTS_DIR/events-<pid>.jsonl``. That is how ranks started by torchrun,
-SLURM or Lightning's own launcher get the faults without a change to the user's code.
+``$CHAOSLIGHT_EVENTS_DIR/events-<pid>-<job>.jsonl``. That is how ranks started by
+torchrun, SLURM or Lightning's own launcher get the faults without a change to the
+user's code.
+
+Only the job's ranks are armed (:func:`is_rank`): a process that a rank of the same job
+started with the same rank variables (a tool it runs, a spawned DataLoader worker) is
+left as it would be without chaoslight.
 """
 
 from __future__ import annotations
@@ -15,14 +20,21 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chaoslight._runtime._context import RANK_VARIABLES
 from chaoslight._runtime._inject import inject
 from chaoslight._schedule import Schedule
 
 SCHEDULE_VARIABLE = "CHAOSLIGHT_SCHEDULE"
 EVENTS_VARIABLE = "CHAOSLIGHT_EVENTS_DIR"
+# A token unique to one `chaoslight run` job: two jobs sharing an events folder tell their
+# processes and files apart by it.
+JOB_VARIABLE = "CHAOSLIGHT_RUN_JOB"
+# Set by a rank when it arms, for the processes it starts: "<job> <rank variables>".
+ARMED_VARIABLE = "CHAOSLIGHT_RUN_ARMED"
 
 _started: Any = None
 
@@ -37,6 +49,27 @@ def schedule_from_env() -> Any:
     return Schedule.load(value)
 
 
+def events_file(events_dir: str | os.PathLike[str], pid: int, job: str | None) -> Path:
+    """Where process ``pid`` of job ``job`` appends its events."""
+    return Path(events_dir) / (f"events-{pid}-{job}.jsonl" if job else f"events-{pid}.jsonl")
+
+
+def rank_identity(environ: Mapping[str, str]) -> str:
+    """The launcher's rank variables as this process has them (missing ones empty)."""
+    return ",".join(f"{name}={environ.get(name, '')}" for name in RANK_VARIABLES)
+
+
+def is_rank(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this interpreter is one of the job's ranks, to be armed.
+
+    Every Python process of the job is, except one started by an armed rank of the same
+    job that has the same rank variables: a tool or a worker the rank runs (a rank's own
+    launcher gives each rank it starts different ones: ``LOCAL_RANK``, ``RANK``)."""
+    env = os.environ if environ is None else environ
+    job = env.get(JOB_VARIABLE)
+    return not job or env.get(ARMED_VARIABLE) != f"{job} {rank_identity(env)}"
+
+
 def start() -> Any:
     """Activate the environment's schedule now (idempotent); return the Injection."""
     global _started
@@ -46,16 +79,19 @@ def start() -> Any:
     if schedule is None:
         return None
     events_dir = os.environ.get(EVENTS_VARIABLE)
-    events_file = None
+    job = os.environ.get(JOB_VARIABLE)
+    events = None
     if events_dir:
         Path(events_dir).mkdir(parents=True, exist_ok=True)
-        events_file = Path(events_dir) / f"events-{os.getpid()}.jsonl"
+        events = events_file(events_dir, os.getpid(), job)
     # Every process of a `chaoslight run` job is one of the job's own: a Crash kills
     # that process, as a lost node does, and never the user's test session.
-    injection = inject(schedule, events_file=events_file, allow_crash=True)
+    injection = inject(schedule, events_file=events, allow_crash=True)
     injection.from_environment = True
     injection.__enter__()
     _started = injection
+    if job:  # what this rank starts with its own rank variables is not a rank
+        os.environ[ARMED_VARIABLE] = f"{job} {rank_identity(os.environ)}"
     atexit.register(stop)
     return injection
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from chaoslight._runtime._autostart import EVENTS_VARIABLE
 from chaoslight._runtime._frames import is_library
 
@@ -84,11 +86,12 @@ def read_dump(events_dir: str | os.PathLike[str], pid: int) -> str:
 
 
 def remove_empty_dumps(events_dir: str | os.PathLike[str]) -> None:
-    """Drop the files of processes that were never asked: they hold nothing."""
+    """Drop the files of ended processes that were never asked: they hold nothing. A
+    living process's file stays (another job sharing the folder may still ask it)."""
     for pid in armed_pids(events_dir):
         path = stack_file(events_dir, pid)
         with contextlib.suppress(OSError):
-            if path.stat().st_size == 0:
+            if path.stat().st_size == 0 and not psutil.pid_exists(pid):
                 path.unlink()
 
 

@@ -7,7 +7,6 @@ ranks, so every rank of a job decides alone and the same schedule replays exactl
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import threading
@@ -17,11 +16,12 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
+from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
 from chaoslight._runtime._memory import MemoryLedger, simulated_oom
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
-from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._runtime._resolve import check_allocation_memory, exception_classes
 from chaoslight._schedule._faults import (
     OOM,
     Allocate,
@@ -44,25 +44,6 @@ MAX_STEPS_SEEN = 512
 _ABORTING = (OOM, Raise, Crash)
 
 Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
-
-
-def exception_class(name: str) -> type[BaseException]:
-    """Resolve a Raise fault's exception name (builtin or ``module:QualName``)."""
-    import builtins
-
-    if ":" not in name:
-        found: type[BaseException] = getattr(builtins, name)
-        return found
-    module_name, _, qualname = name.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, TypeError, ValueError):  # also ":X", ".mod:X"
-        raise InvalidSchedule(f"exception={name!r} cannot be imported") from None
-    if not (isinstance(obj, type) and issubclass(obj, BaseException)):
-        raise InvalidSchedule(f"exception={name!r} is not an exception class")
-    return obj
 
 
 class Engine:
@@ -91,9 +72,9 @@ class Engine:
             self.by_site.setdefault(fault.site, []).append((index, fault))
         # Sites whose faults count calls within a step (nth with a step).
         self.counts_in_step = {f.site for f in schedule if f.nth is not None and f.step is not None}
-        self.exceptions = {
-            f.exception: exception_class(f.exception) for f in schedule if isinstance(f, Raise)
-        }
+        # Names a schedule (a file: data) gives resolve without importing anything new.
+        check_allocation_memory(schedule, ranks=1)
+        self.exceptions = exception_classes(schedule)
         self.fired: Counter[int] = Counter()
         self.calls: Counter[str] = Counter()
         self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
@@ -258,11 +239,15 @@ class Engine:
         elif isinstance(fault, Allocate):
             self._allocate(fault, step)
         elif isinstance(fault, Raise):
-            raise self.exceptions[fault.exception](*fault.args)
+            raise mark(self.exceptions[fault.exception](*fault.args))
         elif isinstance(fault, Crash):
             # Every event is already flushed to the kernel; the log stays open, so a rank
             # that survives the signal (a SIGTERM handler) keeps recording.
-            os.kill(os.getpid(), fault.signal)
+            try:
+                os.kill(os.getpid(), fault.signal)
+            except BaseException as raised:  # what a handler of our signal raised, at once
+                mark(raised)
+                raise
         elif isinstance(fault, Preempt):
             self.notices.deliver(fault, rank, step)
         return isinstance(fault, DropSync)

@@ -24,6 +24,7 @@ from chaoslight._schedule._errors import (
 )
 from chaoslight._schedule._faults import OOM, Crash, Fault, Preempt
 from chaoslight._schedule._model import Schedule
+from chaoslight._sites import _damage
 
 _LOCK = threading.Lock()
 _ACTIVE: Injection | None = None
@@ -114,6 +115,7 @@ class Injection:
         self._engine: Engine | None = None
         self._patches: list[_sites.Patch] = []
         self._budget_mode: Any = None  # the dispatch mode counting storages, under a budget
+        self._ledger: _damage.Ledger | None = None  # backups of the files a fault damaged
 
     def __enter__(self) -> Run:
         global _ACTIVE
@@ -137,6 +139,7 @@ class Injection:
             _ACTIVE = self
         try:
             self._engine = Engine(self.schedule, self.events_file, self.observe)
+            self._ledger = _damage.begin(self.events_file)
             self._engine.resume_from = self.resume_from
             if self.trace:
                 self._engine.tracer = Tracer(self._engine.record)
@@ -200,6 +203,9 @@ class Injection:
                 with _LOCK:
                     if _ACTIVE is self:
                         _ACTIVE = None
+                # The user's files as they were, unless a parent restores them (a World).
+                ledger, self._ledger = self._ledger, None
+                _damage.end(ledger)
 
     @property
     def engine(self) -> Engine | None:
@@ -236,6 +242,8 @@ def inject(
     ``chaoslight.World``, whose ranks are processes of their own. ``trace=True`` records
     an ``enter`` and an ``exit`` event around every site call (all sites armed), which
     the timeline draws as spans; it costs time on every call, so it is off by default.
+    A file a fault damaged (the half-written file of a ``torch.save`` that fails) is put
+    back as it was on exit, unless the program wrote it again since.
     """
     return Injection(schedule, events_file, observe, checks, judge, resume_from, allow_crash, trace)
 

@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from chaoslight._runtime._deliberate import mark
 from chaoslight._schedule._budget import MemoryBudget
 
 
@@ -20,7 +21,8 @@ def format_bytes(nbytes: float) -> str:
 def simulated_oom(
     nbytes: int, rank: int, cause: str, used: int = 0, limit: int | None = None
 ) -> Any:
-    """A ``torch.OutOfMemoryError`` whose message has the shape of a real CUDA OOM."""
+    """A ``torch.OutOfMemoryError`` whose message has the shape of a real CUDA OOM, marked
+    deliberate: every simulated OOM (a fault's, a deferred one, a budget's) is made here."""
     import torch
 
     capacity = limit if limit is not None else max(used, nbytes) * 2
@@ -33,7 +35,7 @@ def simulated_oom(
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
         f"[simulated by chaoslight: {cause}]"
     )
-    return torch.OutOfMemoryError(message)
+    return mark(torch.OutOfMemoryError(message))
 
 
 @dataclass(eq=False)  # compared by identity: comparing tensors field by field is an error

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._events import NOTE
 from chaoslight._schedule._faults import Preempt
 
@@ -86,7 +87,13 @@ class Notices:
                 str(fault),
                 detail=f"{DELIVERED} to rank {rank} at step {step}; handled by {owner}",
             )
-            os.kill(os.getpid(), signal.SIGTERM)
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            except BaseException as raised:
+                # A handler written in C (``signal.default_int_handler``) raises here, in our
+                # frame: the notice's consequence, not an error of chaoslight's.
+                mark(raised)
+                raise
 
     def close(self) -> None:
         with self._lock:

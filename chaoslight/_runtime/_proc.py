@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import select
 import signal
 import sys
 import time
@@ -24,74 +25,97 @@ _GONE = (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess)
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def descendants(pid: int) -> list[int]:
+def process(pid: int) -> psutil.Process | None:
+    """The process now named ``pid``, or None. psutil pins it by its start time: a signal
+    sent through it never reaches a later process that was given the same pid."""
+    try:
+        return psutil.Process(pid)
+    except _GONE:
+        return None
+
+
+def descendants(pid: int) -> list[psutil.Process]:
     """Every living process below ``pid`` (children, grandchildren, ...)."""
     try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        return list(psutil.Process(pid).children(recursive=True))
     except _GONE:
         return []
 
 
-def alive(pid: int) -> bool:
-    """True while ``pid`` is a process that has not yet exited (a zombie has)."""
+def alive(proc: psutil.Process) -> bool:
+    """True while ``proc`` has not yet exited (a zombie has), and its pid is still its own."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except _GONE:
         return False
 
 
-def name_of(pid: int) -> str:
+def name_of(proc: psutil.Process) -> str:
     """The process's name (``python3``, ``torchrun``), or ``?`` once it is gone."""
     try:
-        return str(psutil.Process(pid).name())
+        return str(proc.name())
     except _GONE:
         return "?"
 
 
-def environment_of(pid: int) -> dict[str, str]:
+def environment_of(proc: psutil.Process) -> dict[str, str]:
     """The process's environment, or an empty dict where it cannot be read."""
     try:
-        return dict(psutil.Process(pid).environ())
+        return dict(proc.environ())
     except (*_GONE, OSError):
         return {}
 
 
-def group_members(pgid: int) -> list[int]:
-    """The living processes of process group ``pgid`` (what a finished job left behind)."""
+def group_members(pgid: int) -> list[psutil.Process]:
+    """The living processes of process group ``pgid`` (what a finished job left behind).
+
+    Only while the group's leader is not yet reaped (or other members live) does ``pgid``
+    name this group: the caller must make sure of that."""
     members = []
     for pid in psutil.pids():
         with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pgid and alive(pid):
-                members.append(pid)
+            if os.getpgid(pid) == pgid and (found := process(pid)) is not None and alive(found):
+                members.append(found)
     return members
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and everything below it; missing processes are ignored."""
-    kill_all([*descendants(pid), pid])
-
-
-def kill_all(pids: Iterable[int]) -> None:
-    """SIGKILL each of ``pids``; missing processes are ignored."""
-    for target in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(target, signal.SIGKILL)
+def kill_all(procs: Iterable[psutil.Process]) -> None:
+    """SIGKILL each of ``procs``; those gone (or whose pid was reused) are skipped."""
+    for proc in procs:
+        with contextlib.suppress(*_GONE):
+            proc.kill()  # psutil checks first that the pid still names this process
 
 
 def kill_group(pgid: int) -> None:
-    """SIGKILL the process group ``pgid`` (a job's leftovers); a missing group is ignored."""
+    """SIGKILL the process group ``pgid`` (a job's leftovers); a missing group is ignored.
+    Call it only while the group's leader is not yet reaped (see ``group_members``)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
 
-def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
-    """Wait up to ``timeout`` s for ``pids`` to exit; return those still alive."""
-    deadline = time.monotonic() + timeout
-    left = [pid for pid in pids if alive(pid)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [pid for pid in left if alive(pid)]
-    return left
+def exited(pid: int, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` s (None: for ever) for the child ``pid`` to exit, *without*
+    reaping it; True once it has exited. Until it is reaped its pid, and its process
+    group's id, cannot be given to another process, so both may still be signalled."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux 5.3+: poll instead
+        handle = None
+    if handle is not None:
+        try:
+            return bool(select.select([handle], [], [], timeout)[0])
+        finally:
+            os.close(handle)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # already reaped
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 @functools.cache

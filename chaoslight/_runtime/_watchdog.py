@@ -20,12 +20,15 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._stacks import HangReport, active_engine, dump_stacks, snapshot
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 
@@ -58,7 +61,8 @@ _INTERRUPTS = _Interrupts()
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     dog, _INTERRUPTS.pending = _INTERRUPTS.pending, None
     if dog is not None and not dog.stopped and dog.report is not None:
-        raise HangDetected(f"no chaoslight site reached for {dog.timeout:g} s: {dog.report.line()}")
+        line = dog.report.line()
+        raise mark(HangDetected(f"no chaoslight site reached for {dog.timeout:g} s: {line}"))
     if callable(_INTERRUPTS.previous):
         _INTERRUPTS.previous(signum, frame)
 
@@ -137,6 +141,8 @@ class Watchdog:
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
         self._main = threading.main_thread().ident
+        self.tick_errors = 0  # exceptions its ticks raised (it went on), and the last one
+        self.last_error: Exception | None = None
 
     def _set_timeout(self, timeout: float) -> None:
         if (
@@ -233,12 +239,29 @@ class Watchdog:
         while not self._halt.wait(self.poll):
             if not self.armed:
                 continue
+            # Each step guarded on its own: a watchdog thread that died, or a heartbeat that
+            # always raised, would never report a hang.
             if self.on_tick is not None and time.monotonic() >= self._next_tick:
                 self._next_tick = time.monotonic() + self.tick_every
-                self.on_tick()
-            self.check()
-            due = self._interrupt_at
-            if due is not None and time.monotonic() >= due and self.armed:
-                self._interrupt_at = None
-                _INTERRUPTS.pending = self
-                signal.pthread_kill(self._main or 0, INTERRUPT_SIGNAL)
+                self._guarded(self.on_tick)
+            self._guarded(self._fire)
+
+    def _fire(self) -> None:
+        self.check()
+        due = self._interrupt_at
+        if due is not None and time.monotonic() >= due and self.armed:
+            self._interrupt_at = None
+            _INTERRUPTS.pending = self
+            signal.pthread_kill(self._main or 0, INTERRUPT_SIGNAL)
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        """Run one step of a tick; an exception is recorded (the first printed with its
+        traceback: a rank's stderr is its log) and the loop goes on."""
+        try:
+            step()
+        except Exception as exc:
+            self.tick_errors += 1
+            self.last_error = exc
+            if self.tick_errors == 1:
+                print("chaoslight: the watchdog's tick raised; it goes on:", file=sys.stderr)
+                traceback.print_exception(exc, file=sys.stderr)

@@ -142,7 +142,11 @@ def _build() -> dict[str, SiteInfo]:
         SiteInfo(
             "cuda.synchronize", "torch.cuda.synchronize (a no-op call on CPU)", frozenset({SYNC})
         ),
-        SiteInfo("torch.save", "torch.save: a Raise or Crash here leaves a half-written file"),
+        SiteInfo(
+            "torch.save",
+            "torch.save: a Raise or Crash here leaves a half-written file, put back when "
+            "the run ends",
+        ),
         SiteInfo("torch.load", "torch.load", frozenset({RESULT})),
     ]
     return {site.name: site for site in sites}

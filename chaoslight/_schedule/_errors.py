@@ -39,3 +39,10 @@ def suggest(name: str, choices: Iterable[str]) -> str:
     if not close:
         return ""
     return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a hostile file's megabyte stays out
+    of the one-line message that quotes it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

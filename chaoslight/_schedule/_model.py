@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._schedule._budget import MemoryBudget
-from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule
+from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, short_repr
 from chaoslight._schedule._faults import Fault
 from chaoslight._schedule._textform import (
+    check_fault_count,
     fault_from_dict,
     fault_to_dict,
     indexed,
@@ -19,7 +20,12 @@ from chaoslight._schedule._textform import (
     schedule_to_text,
     wrap,
 )
-from chaoslight._schedule._validate import MAX_RESTARTS, check_bounded_int, read_text_file
+from chaoslight._schedule._validate import (
+    MAX_RESTARTS,
+    check_bounded_int,
+    parse_json,
+    read_text_file,
+)
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +57,7 @@ class Schedule:
         if isinstance(faults, Fault):
             faults = (faults,)
         items = _fault_items(faults)
+        check_fault_count(len(items))
         for index, fault in enumerate(items):
             if not isinstance(fault, Fault):
                 raise InvalidSchedule(
@@ -119,7 +126,8 @@ class Schedule:
             raise InvalidSchedule(f"unknown schedule key {sorted(unknown)[0]!r}")
         raw_faults = doc.get("faults", [])
         if not isinstance(raw_faults, list):
-            raise InvalidSchedule(f"faults={raw_faults!r} must be a list")
+            raise InvalidSchedule(f"faults={short_repr(raw_faults)} must be a list")
+        check_fault_count(len(raw_faults))  # before building a million of them
         faults = [indexed(index, fault_from_dict, raw) for index, raw in enumerate(raw_faults)]
         budget = doc.get("memory_budget")
         if budget is not None:
@@ -132,11 +140,9 @@ class Schedule:
     def from_json(cls, text: str) -> Schedule:
         _check_str(text, "JSON")
         try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidSchedule(
-                f"schedule JSON is malformed at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-            ) from None
+            doc = parse_json("schedule JSON", text)
+        except InvalidArgument as exc:
+            raise InvalidSchedule(str(exc)) from None
         return cls.from_dict(doc)
 
     # -- text ---------------------------------------------------------------------------
@@ -176,20 +182,15 @@ def _fault_items(faults: Any) -> tuple[Any, ...]:
     """The faults as a tuple; a schedule's text, JSON or dict form is named, not iterated."""
     if isinstance(faults, (str, bytes)):
         raise InvalidSchedule(
-            f"faults={_short(faults)} is a schedule's text form: use Schedule.parse(...)"
+            f"faults={short_repr(faults)} is a schedule's text form: use Schedule.parse(...)"
         )
     if isinstance(faults, dict):
         raise InvalidSchedule(
-            f"faults={_short(faults)} is a schedule's JSON form: use Schedule.from_dict(...)"
+            f"faults={short_repr(faults)} is a schedule's JSON form: use Schedule.from_dict(...)"
         )
     try:
         return tuple(faults)
     except TypeError:
         raise InvalidSchedule(
-            f"faults={_short(faults)} must be a fault or a list of faults"
+            f"faults={short_repr(faults)} must be a fault or a list of faults"
         ) from None
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -12,15 +12,16 @@ Sizes accept KiB/MiB/GiB suffixes. Blank lines and ``#`` comments are skipped.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from chaoslight._schedule._budget import MemoryBudget
 from chaoslight._schedule._encode import BARE, fault_to_text
-from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, suggest
+from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, short_repr, suggest
 from chaoslight._schedule._faults import FAULT_KINDS, Fault
+from chaoslight._schedule._validate import MAX_SCHEDULE_FAULTS, SCHEDULE_FAULTS_WHY, parse_json
 
 # A number followed by letters: a size, whose unit is then looked up in _UNITS.
 _SIZE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z]+)$")
@@ -93,11 +94,13 @@ def decode_value(name: str, text: str) -> Any:
     if name in _SIZE_FIELDS and (match := _SIZE.match(text)):
         return _size(name, text, match.group(1), match.group(2))
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = parse_json(name, text)
+    except InvalidArgument as exc:
         if BARE.match(text):
-            return text
-        raise InvalidSchedule(f"{name}={text} is neither JSON nor a bare word") from None
+            return text  # a bare word such as OSError or 2,0,1
+        raise InvalidSchedule(
+            f"{name}={short_repr(text)} is neither JSON nor a bare word ({exc})"
+        ) from None
     return tuple(value) if isinstance(value, list) else value
 
 
@@ -110,6 +113,8 @@ def _size(name: str, text: str, number: str, unit: str) -> int:
     if number.startswith("-"):
         raise InvalidSchedule(f"{name}={text} must not be negative")
     nbytes = float(number) * _UNITS[unit]
+    if not math.isfinite(nbytes):  # 400 digits of TiB: a float overflows to inf
+        raise InvalidSchedule(f"{name}={text} is too large to be a size in bytes")
     if nbytes != int(nbytes):
         raise InvalidSchedule(f"{name}={text} is {nbytes:g} bytes: give a whole number of bytes")
     return int(nbytes)
@@ -151,14 +156,24 @@ def schedule_from_text(text: str) -> tuple[list[Fault], MemoryBudget | None, int
                 restarts = _restarts(line)
             else:
                 faults.append(fault_from_text(line))
+                check_fault_count(len(faults))  # before parsing a million of them
         except InvalidSchedule as exc:
             raise InvalidSchedule(f"line {number}: {exc}") from None
     return faults, budget, restarts
 
 
+def check_fault_count(count: int) -> None:
+    """A schedule holds at most ``MAX_SCHEDULE_FAULTS`` faults."""
+    if count > MAX_SCHEDULE_FAULTS:
+        raise InvalidSchedule(
+            f"a schedule of {count} faults is more than {MAX_SCHEDULE_FAULTS} "
+            f"({SCHEDULE_FAULTS_WHY}); split it"
+        )
+
+
 def _restarts(line: str) -> int:
     words = line.split()
-    if len(words) != 2 or not words[1].isdigit():
+    if len(words) != 2 or not (words[1].isascii() and words[1].isdigit()):
         raise InvalidSchedule(f"{line!r} must be 'restarts N', N a whole number of runs")
     return int(words[1])
 

@@ -6,8 +6,10 @@ and what would be accepted, e.g. ``rank=-1 must not be negative; ranks count fro
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,25 @@ STEPS_WHY = "faults target steps 0..steps-1 of a test's fit, which is short"
 MAX_FAULTS = 64
 MAX_RESTARTS = 3
 FAULTS_WHY = "each fault in a schedule is one more to shrink and to read"
+# What a file may ask for (a failure file, a schedule file, CHAOSLIGHT_SCHEDULE, the
+# database): files are data, so each has a bound (docs/explanation/trust.md).
+MAX_SCHEDULE_FAULTS = 1000
+SCHEDULE_FAULTS_WHY = "every call of a site looks its faults up; a schedule is read by a person"
+MAX_TIMEOUT_S = 86400.0
+TIMEOUT_WHY = "a day; a rank with no progress that long is hung, and more only delays the verdict"
+MAX_JSON_DEPTH = 16
+JSON_DEPTH_WHY = "a file chaoslight writes nests 6 deep"
+MAX_FILE_BYTES = 8 * 2**20
+FILE_WHY = "a failure or schedule file chaoslight writes is a few KiB"
+# An Allocate holds real memory: with no budget, all of a schedule's allocations on all
+# ranks may take at most this share of the memory free when the run starts; the rest is
+# for the ranks, the parent and the machine (past it the OOM killer picks a process).
+ALLOCATE_SHARE = 0.5
+# Libraries whose exception classes a schedule may name by import path: chaoslight patches
+# them, so importing them runs only their own code. Any other module must already be
+# imported (docs/explanation/trust.md); a schedule never imports one.
+TRUSTED_LIBRARIES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "torchmetrics")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 def check_int(name: str, value: Any, minimum: int, allow_none: bool = False) -> None:
@@ -168,8 +189,13 @@ def check_output_file(name: str, path: Any) -> Path:
 
 
 def read_text_file(what: str, path: Any) -> str:
-    """A UTF-8 text file's contents, or one line saying why it cannot be read."""
+    """A UTF-8 text file's contents (at most ``MAX_FILE_BYTES``), or one line saying why
+    it cannot be read."""
     try:
+        if Path(path).is_file() and Path(path).stat().st_size > MAX_FILE_BYTES:
+            raise InvalidArgument(
+                f"{what} {str(path)!r} is larger than {MAX_FILE_BYTES} bytes ({FILE_WHY})"
+            )
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidArgument(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
@@ -177,3 +203,86 @@ def read_text_file(what: str, path: Any) -> str:
         raise InvalidArgument(
             f"cannot read {what} {str(path)!r}: not UTF-8 text (byte {exc.start})"
         ) from None
+
+
+def check_import_path(name: str, value: Any) -> tuple[str, str]:
+    """``module:QualName`` split in two: dotted Python names, absolute, no dunder part
+    (``__main__``, ``__globals__``): what chaoslight may look up, never a path to import."""
+    module, sep, qualname = value.partition(":") if isinstance(value, str) else ("", "", "")
+    parts = [*module.split("."), *qualname.split(".")]
+    if not (sep and _DOTTED.match(module) and _DOTTED.match(qualname)) or any(
+        part.startswith("__") for part in parts
+    ):
+        raise InvalidArgument(
+            f"{name}={value!r} must be 'module:QualName', e.g. 'mypkg.errors:DiskFull'"
+        )
+    return module, qualname
+
+
+def is_trusted_library(module: str) -> bool:
+    """Whether ``module`` is in one of the ``TRUSTED_LIBRARIES`` packages."""
+    return module.partition(".")[0] in TRUSTED_LIBRARIES
+
+
+def check_timeout(name: str, value: Any) -> float:
+    """A rank's progress timeout: positive, finite, at most ``MAX_TIMEOUT_S``."""
+    seconds = check_seconds(name, value)
+    if seconds > MAX_TIMEOUT_S:
+        raise InvalidArgument(f"{name}={value:g} must be at most {MAX_TIMEOUT_S:g} ({TIMEOUT_WHY})")
+    return seconds
+
+
+def check_json_depth(what: str, value: Any) -> None:
+    """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` (walked without recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidArgument(
+                f"{what} nests deeper than {MAX_JSON_DEPTH} levels ({JSON_DEPTH_WHY})"
+            )
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list, tuple)):
+            pending.extend((child, depth + 1) for child in children)
+
+
+def check_allocations(faults: Iterable[Any], budget: Any, ranks: int, available: int) -> None:
+    """The real memory a schedule's ``allocate`` faults may hold on ``ranks`` ranks is at
+    most ``ALLOCATE_SHARE`` of ``available`` bytes; under a budget a rank holds at most the
+    budget's limit (an allocation past it is the simulated OOM, never real memory)."""
+    sizes = [
+        (f, f.nbytes * (ranks if f.rank is None else 1)) for f in faults if f.kind == "allocate"
+    ]
+    total = sum(size for _, size in sizes)
+    if budget is not None:
+        total = min(total, budget.limit_bytes * ranks)
+    allowed = int(available * ALLOCATE_SHARE)
+    if sizes and total > allowed:
+        largest = max(sizes, key=lambda pair: pair[1])[0]
+        raise InvalidArgument(
+            f"{largest}: the schedule's allocations hold {_gib(total)} on {ranks} rank(s), more "
+            f"than {ALLOCATE_SHARE:.0%} of the {_gib(available)} free; allocate less, or add a "
+            "memory budget smaller than the allocation to simulate running out"
+        )
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:,.1f} GiB"
+
+
+def parse_json(what: str, text: str) -> Any:
+    """``json.loads`` with every way it can fail as one line: malformed, a number too long
+    to read, nesting deep enough to exhaust Python's stack, or deeper than the bound."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(
+            f"{what} is malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number; [[[[...]]]] 10^5 deep
+        reason = (
+            f"nests deeper than {MAX_JSON_DEPTH} levels" if isinstance(exc, RecursionError) else exc
+        )
+        raise InvalidArgument(f"{what} is not JSON chaoslight reads: {reason}") from None
+    check_json_depth(what, value)
+    return value

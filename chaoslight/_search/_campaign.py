@@ -11,11 +11,20 @@ and minimises them.
 4. The minimal schedule is replayed ``replays`` times, the first in a fresh World (new
    processes, fresh directories): if any replay differs (verdict or the faults that
    fired), it is reported as **flaky**, never as a minimal failing case.
+5. The result goes to ``on_result`` (the CLI writes the failure file there) and only then
+   to the shared database: a database that fails is a warning, never a lost result.
+
+With a shared database, step 1 starts with the failures earlier campaigns stored, within
+``max_time``, and with a ``shard`` only those in this worker's part of the space
+(``_database.in_shard``): N workers on a program with N bugs in different parts report N
+different bugs. One that no longer fails is passed over; one that still fails is this
+shard's bug, still there: it is minimised and reported again.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,7 +36,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
 from chaoslight._schedule import Schedule
-from chaoslight._search._database import known_failures, open_database, remember
+from chaoslight._search._database import in_shard, known_failures, open_database, remember
 from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
@@ -92,7 +101,7 @@ class Campaign:
     strategy: Any
     max_examples: int = 100
     seed: int | None = None
-    database: str | None = None
+    database: str | None = field(default=None, repr=False)  # a URL may hold a password
     key: str = ""
     replays: int = 3
     on_progress: Callable[[Progress], None] = lambda progress: None
@@ -102,14 +111,29 @@ class Campaign:
     max_shrinks: int = MAX_SHRINK_RUNS
     tried: list[Schedule] = field(default_factory=list, repr=False)
     strict: bool = False  # a known framework issue is a failure like any other
+    shard: tuple[int, int] | None = None  # (i, n): replay only the stored failures of part i
+    on_result: Callable[[Result], None] = lambda result: None  # before the database records it
+    on_warning: Callable[[str], None] = field(default=lambda line: _warn(line), repr=False)
     known: dict[str, KnownFinding] = field(default_factory=dict, repr=False)
     _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
     _started: float = field(default_factory=time.monotonic, repr=False)
     _first_failure_at: int | None = field(default=None, repr=False)
     _db: ExampleDatabase | None = field(default=None, repr=False)
+    _db_opened: bool = field(default=False, repr=False)
 
     def execute(self) -> Result:
-        """Baseline, search, shrink, minimise, replay: see the module docstring."""
+        """Baseline, search, shrink, minimise, replay, report: see the module docstring."""
+        result = self._execute()
+        if result.schedule is None:
+            return result
+        try:
+            self.on_result(result)  # e.g. the failure file: before any database write
+        finally:
+            if result.status in (FAILED, FLAKY) and result.schedule.faults:
+                self._remember(result.schedule)
+        return result
+
+    def _execute(self) -> Result:
         started = self._started = time.monotonic()
         self._phase("baseline")
         runs = [self._example(Schedule()) for _ in range(2)]  # twice: is it deterministic?
@@ -136,9 +160,7 @@ class Campaign:
         self._failing[found.schedule.to_text()] = (found.verdict, found.outcome)
         schedule = self._minimise(found.schedule, found.verdict)
         verdict, outcome = self._failing[schedule.to_text()]  # its failing run, not a new one
-        result = self._finish(FAILED, schedule, verdict, outcome, started)
-        self._remember(schedule)
-        return result
+        return self._finish(FAILED, schedule, verdict, outcome, started)
 
     def _finish(
         self,
@@ -195,6 +217,9 @@ class Campaign:
         return None
 
     def _search(self) -> _Found | None:
+        if self.out_of_time():
+            return None  # spent on the stored failures or the probes: no search to start
+
         @settings(
             max_examples=self.max_examples,
             deadline=None,
@@ -236,14 +261,21 @@ class Campaign:
 
     def _database(self) -> ExampleDatabase | None:
         """This campaign's part of the shared database (keyed by target, world size and
-        checks: campaigns replay only their own failures), opened once."""
-        if self._db is None and self.database:
-            self._db = open_database(self.database, self.key)
+        checks: campaigns replay only their own failures), opened once; None when there is
+        none, or when it could not be opened (a warning said so)."""
+        if not self._db_opened:
+            self._db_opened = True
+            self._db = open_database(self.database, self.key, self.on_warning)
         return self._db
 
     def _known_failure(self) -> _Found | None:
-        """Replay the failures earlier campaigns reported first (``_database``)."""
+        """Replay the failures earlier campaigns reported (``_database``) in this worker's
+        shard, within the campaign's time."""
         for schedule in known_failures(self._database()):
+            if self.out_of_time():
+                return None
+            if not in_shard(schedule, self.shard):
+                continue  # another worker's part of the space: that worker replays it
             verdict, outcome = self._example(schedule)
             if verdict.failed:
                 return _Found(schedule, verdict, outcome)
@@ -292,6 +324,11 @@ class Campaign:
     def _phase(self, phase: str) -> None:
         self.progress.phase = phase
         self.on_progress(self.progress)
+
+
+def _warn(line: str) -> None:
+    """A campaign run from Python says what went wrong beside it as a warning."""
+    warnings.warn(line, RuntimeWarning, stacklevel=3)
 
 
 def _first_found(error: BaseException) -> _Found | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
@@ -12,8 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._runtime import CHECK_FACTORIES, check_from_name
-from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule, short_repr
 from chaoslight._schedule._model import Schedule
+from chaoslight._schedule._validate import (
+    check_import_path,
+    check_timeout,
+    check_world_size,
+    parse_json,
+    read_text_file,
+)
+from chaoslight._search._specs import read_spec, resolve_specs, skip_line
 
 # The cheap checks every default search runs: each holds for every correct program under
 # the oracle's rules (docs/explanation/oracle.md). A bare schedule file replays with them.
@@ -40,9 +47,14 @@ class Failure:
     def check_names(self) -> tuple[str, ...]:
         return tuple(str(spec.get("name", "?")) for spec in self.checks)
 
-    def build_checks(self) -> list[Any]:
-        """The checks, rebuilt from their specs."""
-        return [check_from_spec(spec) for spec in self.checks]
+    def build_checks(self, user_checks: Iterable[Any] = ()) -> list[Any]:
+        """The checks, rebuilt from their specs (see ``resolve_checks``; skipped ones left out)."""
+        return self.resolve_checks(user_checks)[0]
+
+    def resolve_checks(self, user_checks: Iterable[Any] = ()) -> tuple[list[Any], list[str]]:
+        """The checks to judge with, and one line for each check left out: see
+        ``_specs.resolve_specs`` (a user check's import path is never imported)."""
+        return resolve_specs(self.checks, user_checks)
 
     def to_json(self) -> str:
         doc = {
@@ -65,37 +77,37 @@ class Failure:
     def load(cls, path: str | Path) -> Failure:
         """Read a failure file, or a plain schedule file (JSON or text) as a bare failure."""
         try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise InvalidSchedule(f"cannot read {str(path)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise InvalidSchedule(
-                f"cannot read {str(path)!r}: not UTF-8 text (byte {exc.start})"
-            ) from None
+            text = read_text_file("failure or schedule file", path)
+        except InvalidArgument as exc:
+            raise InvalidSchedule(str(exc)) from None
         if '"chaoslight_failure"' not in text:
             return cls(Schedule.parse(text), checks=default_specs())
         try:
-            return cls.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return cls.from_dict(parse_json(repr(str(path)), text))
+        except InvalidArgument as exc:
             raise InvalidSchedule(
                 f"{str(path)!r} is not a chaoslight failure file: {exc}"
             ) from None
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> Failure:
-        # Version 1 stored check names only: read them as specs with no parameters.
-        specs = tuple(
-            spec if isinstance(spec, dict) else {"name": spec, "params": {}}
-            for spec in doc.get("checks", ())
-        )
+    def from_dict(cls, doc: Any) -> Failure:
+        """A failure from its JSON form, every field checked: a file is data, and a
+        colleague's file may be anything (docs/explanation/trust.md)."""
+        if not isinstance(doc, dict):
+            raise InvalidSchedule(f"a failure file holds a JSON object, not {type(doc).__name__}")
+        if "schedule" not in doc:
+            raise InvalidSchedule("a failure file needs a 'schedule'")
+        raw_checks = doc.get("checks", [])
+        if not isinstance(raw_checks, list):
+            raise InvalidSchedule(f"checks={short_repr(raw_checks)} must be a list of check specs")
         return cls(
             Schedule.from_dict(doc["schedule"]),
-            doc.get("target", ""),
-            int(doc.get("world_size", 2)),
-            float(doc.get("timeout", 30.0)),
-            specs,
-            doc.get("reason", ""),
-            doc.get("status", "failed"),
+            _text(doc, "target", ""),
+            check_world_size("world_size", doc.get("world_size", 2)),
+            check_timeout("timeout", doc.get("timeout", 30.0)),
+            tuple(read_spec(index, raw) for index, raw in enumerate(raw_checks)),
+            _text(doc, "reason", ""),
+            _text(doc, "status", "failed"),
         )
 
 
@@ -117,23 +129,21 @@ def default_specs() -> tuple[dict[str, Any], ...]:
     return check_specs(from_names)
 
 
-def check_from_spec(spec: dict[str, Any]) -> Any:
-    """A check rebuilt from a failure file: by registered name, or by import path."""
-    params = dict(spec.get("params") or {})
-    if "import" in spec:
-        module_name, _, qualname = str(spec["import"]).partition(":")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidSchedule(f"check {spec['import']!r} cannot be imported: {exc}") from None
-        return obj(**params)
-    return check_from_name(str(spec.get("name")), **params)
+def _text(doc: dict[str, Any], key: str, default: str) -> str:
+    value = doc.get(key, default)
+    if not isinstance(value, str):
+        raise InvalidSchedule(f"{key}={short_repr(value)} must be a string")
+    return value
 
 
 def replay_command(path: str | Path, failure: Failure) -> str:
     return f"chaoslight replay {path}" + (f" {failure.target}" if failure.target else "")
+
+
+# The first line of every emitted test: how ``--emit-test`` knows a file as its own.
+EMITTED_TEST_HEADER = (
+    '"""Regression test from `chaoslight fuzz`: replays a minimal failing schedule."""'
+)
 
 
 def emit_test(failure: Failure, path: str | Path) -> None:
@@ -142,13 +152,13 @@ def emit_test(failure: Failure, path: str | Path) -> None:
     Every text from the failure (target, reason, schedule, check parameters) goes in as a
     ``repr()`` literal or an escaped comment, so the file is valid Python whatever it holds.
     """
-    source = f'''"""Regression test from `chaoslight fuzz`: replays a minimal failing schedule."""
+    source = f"""{EMITTED_TEST_HEADER}
 
 # Found failure:
 {_comment(failure.reason[:MAX_REASON], indent="#   ")}
 
 import chaoslight
-
+{_user_check_source(failure.checks)}
 TARGET = {_literal(failure.target)}
 SCHEDULE = {_schedule_source(failure.schedule)}
 # Each check as the search ran it: its name and parameters, or its import path.
@@ -164,14 +174,40 @@ def test_{_test_name(failure.target)}_under_minimal_schedule():
         timeout={_literal(failure.timeout)},
         checks=tuple(CHECKS),
     )
-    verdict, outcome = chaoslight.replay(failure)
+    verdict, outcome = {_replay_call(failure.checks)}
     assert not verdict.failed, verdict.reason + "\\n" + outcome.report()
-'''
+"""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(source, encoding="utf-8")
 
 
 MAX_REASON = 2000
+
+
+def _user_check_source(specs: Iterable[dict[str, Any]]) -> str:
+    """The user checks' classes, imported by name in the emitted source (their import path is
+    code the test's reader sees, never a string the test imports), then ``USER_CHECKS``."""
+    lines, names = [], []
+    for spec in specs:
+        if "import" not in spec:
+            continue
+        try:
+            module, qualname = check_import_path("check", spec["import"])
+        except InvalidArgument:
+            lines.append(_comment(skip_line(spec), indent="# "))
+            continue
+        lines.append(f"from {module} import {qualname.partition('.')[0]}")
+        names.append(qualname)
+    if not lines:
+        return ""
+    return "\n".join(lines) + f"\n\nUSER_CHECKS = [{', '.join(names)}]\n"
+
+
+def _replay_call(specs: Iterable[dict[str, Any]]) -> str:
+    specs = list(specs)
+    if any("import" in spec for spec in specs):
+        return "chaoslight.replay(failure, user_checks=USER_CHECKS)"
+    return "chaoslight.replay(failure)"
 
 
 def _test_name(target: str) -> str:

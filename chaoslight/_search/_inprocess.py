@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ def run_in_process(
     if exception is None:
         result = RankResult(0, "passed")
     else:
-        info = ExceptionInfo(type(exception).__name__, str(exception), traceback.format_exc())
+        info = ExceptionInfo.of(exception)
         result = RankResult(0, "failed", info, evidence=f"rank 0 raised: {info}")
     status = "failed" if run.violations or exception is not None else "passed"
     return Outcome(

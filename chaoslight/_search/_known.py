@@ -12,15 +12,20 @@ Adding an issue is one ``KnownIssue(...)`` in ``KNOWN_ISSUES`` (and its test).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-from chaoslight._search._preemption import Delivery, deliveries
-from chaoslight._world._outcome import FAILED, HUNG
+from chaoslight._runtime import FIRED
+from chaoslight._schedule import InvalidSchedule, fault_from_text
+from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
+from chaoslight._search._severity import BENIGN, fault_class
+from chaoslight._world._outcome import CRASHED, FAILED, HUNG, RELEASED
 
 Version = tuple[int, ...]
 
@@ -43,7 +48,9 @@ class KnownIssue:
     ``versions`` is ``(first, last)``, inclusive, compared on (major, minor, patch);
     ``matches(outcome, deliveries)`` is the signature, given a run the oracle failed
     and the SIGTERMs it delivered that the package's own handler took (none, for an
-    issue that needs no signal).
+    issue that needs no signal). A signature reads the evidence the run left (the hung
+    ranks' stacks, the ranks' errors, the faults that fired, where each rank stopped)
+    and matches only the documented shape: anything wider hides the program's bugs.
     """
 
     key: str
@@ -87,21 +94,143 @@ class KnownFinding:
         ]
 
 
+# Lightning's SIGTERM broadcasts (2.5.2-2.6.x), by the file and function that issue them:
+# the one inside its signal handler, and the one at the start of every training batch.
+_SIGTERM_BROADCASTS = (
+    ("trainer/connectors/signal_connector.py", "_sigterm_notifier_fn"),
+    ("loops/training_epoch_loop.py", "_broadcast_sigterm_tensor"),
+)
+_FLAVOURS = ("lightning/pytorch/", "pytorch_lightning/")
+_LOOPS = tuple(f"{flavour}loops/" for flavour in _FLAVOURS)
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
+# Frames between a collective's caller and the wait: torch.distributed, chaoslight's sites.
+_PLUMBING = (f"{os.sep}torch{os.sep}distributed{os.sep}", f"{os.sep}wrapt{os.sep}", _PACKAGE)
+_STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\S+)', re.M)  # faulthandler
+_TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
+
+Frame = tuple[str, str]  # (file name, function)
+
+
+def _threads(stacks: str, current: bool = False) -> list[list[Frame]]:
+    """A faulthandler dump's threads, innermost frame first; the thread that dumped only
+    when ``current`` (a fatal signal's dump: that thread is the one that died)."""
+    blocks = re.split(r"^(?=Thread 0x|Current thread 0x)", stacks, flags=re.M)
+    return [
+        _STACK_FRAME.findall(b)
+        for b in blocks
+        if b.startswith("Thread 0x") or (current and b.startswith("Current thread"))
+    ]
+
+
+def _crash_dump(result: Any) -> str:
+    """The faulthandler dump a rank that died by a fatal signal (gloo's abort on a
+    collective size mismatch, say) left at the end of its output."""
+    if result.status != CRASHED:
+        return ""
+    _, found, dump = (result.output or "").rpartition("Fatal Python error")
+    return dump if found else ""
+
+
+def _traceback_frames(text: str) -> list[Frame]:
+    """The frames of the exception a traceback ends with, innermost first."""
+    last = text.rsplit("Traceback (most recent call last):", 1)[-1]
+    return _TRACEBACK_FRAME.findall(last)[::-1]
+
+
+def _collective_caller(frames: list[Frame]) -> Frame | None:
+    """The frame that issued the collective these frames wait in (None: not in one)."""
+    if not frames or f"{os.sep}torch{os.sep}distributed{os.sep}" not in frames[0][0]:
+        return None
+    return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
+
+
+def _blocked_in(result: Any) -> Frame | None:
+    """Who issued the collective a rank was blocked in: from its stacks when it hung or died
+    by a fatal signal, else from the torch.distributed error that released it."""
+    for frames in [*_threads(result.stacks or ""), *_threads(_crash_dump(result), True)]:
+        caller = _collective_caller(frames)
+        if caller is not None:
+            return caller
+    exc = result.exception
+    if exc is not None and exc.distributed:
+        return _collective_caller(_traceback_frames(exc.traceback))
+    return None
+
+
+def _is_sigterm_broadcast(caller: Frame) -> bool:
+    filename, function = caller
+    return any(
+        function == name and filename.endswith(flavour + path)
+        for path, name in _SIGTERM_BROADCASTS
+        for flavour in _FLAVOURS
+    )
+
+
+def _more_than_a_preemption(outcome: Any) -> bool:
+    """A fault other than a preemption that is not benign fired: the failure may be its."""
+    for event in outcome.events:
+        if event.kind != FIRED or event.fault.startswith("preempt@"):
+            continue
+        try:
+            if fault_class(fault_from_text(event.fault)) != BENIGN:
+                return True
+        except InvalidSchedule:
+            return True  # a fault this version cannot read: do not call the run Lightning's
+    return False
+
+
+def _stopped_apart(outcome: Any) -> bool:
+    return len(set(stopping_steps(outcome).values())) > 1
+
+
 def _broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning's handler ran on some rank and the job did not stop together."""
-    return bool(taken)
+    """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
+    was blocked in Lightning's SIGTERM broadcast (the handler's or the per-batch one)
+    while a peer was in a different collective or had ended, or the ranks stopped at
+    different steps."""
+    if not taken or _more_than_a_preemption(outcome):
+        return False
+    where = {r.rank: _blocked_in(r) for r in outcome.ranks}
+    for rank, caller in where.items():
+        if caller is None or not _is_sigterm_broadcast(caller):
+            continue
+        if _stopped_apart(outcome) or any(w != caller for r, w in where.items() if r != rank):
+            return True
+    return False
 
 
 def _stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
-    """A signalled rank raised SIGTERMException while a peer ended otherwise."""
-    if not taken:
+    """Nothing but preemptions struck; a signalled rank raised Lightning's own
+    SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
+    stopped at another step), was released by a transport error or hung."""
+    if not taken or _more_than_a_preemption(outcome):
         return False
-    raised = {
+    signalled = {d.rank for d in taken}
+    alone = {
         r.rank
         for r in outcome.ranks
-        if r.status == FAILED and r.exception is not None and r.exception.type == "SIGTERMException"
+        if r.rank in signalled
+        and r.status == FAILED
+        and r.exception is not None
+        and r.exception.type == "SIGTERMException"
+        and _raised_in_loops(r.exception.traceback)
     }
-    return bool(raised) and len(raised) < len(outcome.ranks)
+    left = [r for r in outcome.ranks if r.rank not in alone and r.status in (RELEASED, HUNG)]
+    return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
+
+
+def _broadcast_or_alone(outcome: Any, taken: list[Delivery]) -> bool:
+    """2.5.2-2.6.x: the handler's or the per-batch broadcast left a peer behind
+    (``_broadcast_in_handler``), or a signalled rank stopped alone (``_stopped_alone``):
+    the per-batch broadcast carries rank 0's flag only, so a SIGTERM that reached another
+    rank alone is seen by that rank's own check at its batch's end, which raises while its
+    peers go on into the next batch's broadcast."""
+    return _broadcast_in_handler(outcome, taken) or _stopped_alone(outcome, taken)
+
+
+def _raised_in_loops(traceback: str) -> bool:
+    frames = _traceback_frames(traceback)
+    return bool(frames) and any(loop in frames[0][0] for loop in _LOOPS)
 
 
 # A faulthandler frame of Lightning's OnExceptionCheckpoint.on_exception, either flavour.
@@ -133,15 +262,19 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         versions=("2.5.2", "2.6.99"),
         title="Lightning's SIGTERM handler calls dist.broadcast inside the signal handler",
         signature=(
-            "SIGTERM taken by Lightning's handler on some rank, then the ranks did not stop "
-            "together: the handler's broadcast pairs with whatever collective a peer is in"
+            "SIGTERM taken by Lightning's handler and no hard fault but preemptions fired; a "
+            "rank waits in Lightning's SIGTERM broadcast (the handler's, or the one at each "
+            "batch start) while a peer is in another collective or has ended, or the ranks "
+            "stopped at different steps; or a signalled rank raised SIGTERMException from "
+            "Lightning's loop alone (the per-batch broadcast carries rank 0's flag only) "
+            "while a peer not stopped with it ended otherwise"
         ),
         reference=(
             "https://github.com/Lightning-AI/pytorch-lightning/pull/20825 (the fix for "
             "issue #20806, released in 2.5.2)"
         ),
         workaround=_WORKAROUND,
-        matches=_broadcast_in_handler,
+        matches=_broadcast_or_alone,
     ),
     KnownIssue(
         key="lightning-sigterm-alone",
@@ -149,8 +282,10 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         versions=("2.0.0", "2.5.1"),
         title="a rank that receives SIGTERM stops alone and leaves its peers in a collective",
         signature=(
-            "SIGTERM taken by Lightning's handler; one rank raised SIGTERMException while a "
-            "peer ended otherwise (a gloo error on CPU, a hang on NCCL)"
+            "SIGTERM taken by Lightning's handler and no hard fault but preemptions fired; a "
+            "signalled rank raised SIGTERMException from Lightning's loop while a peer that "
+            "was not stopped with it (not signalled, or stopped at another step) ended "
+            "otherwise (a gloo error on CPU, a hang on NCCL)"
         ),
         reference="https://github.com/Lightning-AI/pytorch-lightning/issues/20806",
         workaround=_WORKAROUND,

@@ -25,7 +25,6 @@ from chaoslight._schedule import (
     Fault,
     InvalidSchedule,
     Raise,
-    ReorderReduction,
     fault_from_text,
 )
 from chaoslight._search._hangs import hang_reason, mismatch_cause
@@ -37,12 +36,14 @@ from chaoslight._search._preemption import (
     deliveries,
     preemption_finding,
 )
+from chaoslight._search._severity import (
+    BENIGN,
+    DESYNC,
+    HARD,
+    SEVERITY,
+    fault_class,
+)
 from chaoslight._world._outcome import CRASHED, FAILED, HUNG, PASSED, RELEASED, cause_first
-
-BENIGN, HARD, DESYNC = "benign", "hard", "desync"
-SEVERITY = (BENIGN, HARD, DESYNC)
-HARD_KINDS = frozenset({"oom", "raise", "crash", "allocate", "preempt"})
-DESYNC_KINDS = frozenset({"drop_sync", "corrupt"})
 
 # Rules, named in verdicts and in docs/explanation/oracle.md.
 NO_FAULT = "no fault fired: the run must pass and every check hold"
@@ -54,10 +55,6 @@ SWALLOWED = "a hard fault's error must not be swallowed while a peer fails or wa
 INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
-# Functions of chaoslight that raise on purpose (the injected fault, a budget OOM, a hang).
-_DELIBERATE = frozenset(
-    {"_fire", "_apply", "sync_point", "charge", "_charge", "allocate", "_on_signal"}
-)
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
 
@@ -79,15 +76,6 @@ class Verdict:
     def signature(self) -> tuple[Any, ...]:
         """What must repeat for a failure to count as reproduced (not flaky)."""
         return (self.failed, self.internal, self.status, tuple(v.check for v in self.violations))
-
-
-def fault_class(fault: Fault) -> str:
-    """benign, hard or desync: what a correct program can be asked to do under it."""
-    if isinstance(fault, ReorderReduction):
-        return BENIGN if fault.rank is None else DESYNC  # one rank alone: a different sum
-    if fault.kind in DESYNC_KINDS:
-        return DESYNC
-    return HARD if fault.kind in HARD_KINDS else BENIGN
 
 
 def fired_faults(outcome: Any) -> list[tuple[int, Fault]]:
@@ -129,23 +117,25 @@ def never_fired_notes(outcome: Any) -> tuple[str, ...]:
 
 
 def internal_error(outcome: Any) -> str | None:
-    """A rank's exception raised by chaoslight's own code (not an injected fault), if any."""
+    """A rank's exception whose innermost frame is chaoslight's own and that chaoslight did
+    not raise on purpose (the runtime marks what it raises on purpose: ``ExceptionInfo
+    .deliberate``), if any. The innermost frame is the last of the formatted traceback:
+    that of the exception the rank ended with."""
     for result in outcome.ranks:
         exc = result.exception
-        if exc is None or result.status == RELEASED:
+        if exc is None or result.status == RELEASED or exc.deliberate:
             continue
         frames = _FRAME.findall(exc.traceback or "")
         if not frames:
             continue
         filename, function = frames[-1]
-        if _in_chaoslight(filename) and function not in _DELIBERATE:
+        if _in_chaoslight(filename):
             return f"rank {result.rank}: {exc} (raised in chaoslight: {function})"
     return None
 
 
 def _in_chaoslight(filename: str) -> bool:
-    path = str(Path(filename).resolve())
-    return path.startswith(_PACKAGE + "/") and "/examples/" not in path
+    return str(Path(filename).resolve()).startswith(_PACKAGE + "/")
 
 
 def judge(outcome: Any) -> Verdict:
@@ -181,8 +171,8 @@ def _trigger(text: str) -> str:
 
 
 def _judge_run(outcome: Any) -> Verdict:
-    """One run's verdict; a failure after Lightning's own handler took a SIGTERM is
-    matched against the known framework issues, whatever other faults fired with it."""
+    """One run's verdict; a failure (not an internal error) is matched against the known
+    framework issues, each of which checks its own signature in the run's evidence."""
     verdict = _judge_one(outcome)
     if verdict.failed and not verdict.internal and verdict.known is None:
         verdict.known = match_known(outcome)

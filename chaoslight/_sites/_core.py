@@ -18,7 +18,8 @@ class Behaviour:
     - ``skip(args, kwargs)``: the value returned instead of doing the work (DropSync).
     - ``poison(result, args, kwargs, value)``: the result with NaN/Inf in it (Corrupt).
     - ``before_abort(wrapped, args, kwargs)``: run before a Raise/Crash/OOM aborts the
-      call (``torch.save`` writes half its bytes first).
+      call (``torch.save`` writes half its bytes first, undone when the run ends:
+      ``_damage``).
     - ``reduce(wrapped, args, kwargs, order)``: the call with another summation order.
     - ``step_of(trainer, instance, step)``: the training step the call belongs to, when
       that is not the trainer's current step (a batch is fetched before its step begins).

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from chaoslight._schedule._catalog import COLLECTIVES
-from chaoslight._sites import _reorder
+from chaoslight._sites import _damage, _reorder
 from chaoslight._sites._core import STATE, Behaviour, Call, DroppedWork, PatchPoint, site_wrapper
 from chaoslight._sites._tensors import poison, poison_in_place
 
@@ -43,7 +43,11 @@ def _collective_behaviour(name: str) -> Behaviour:
 
 
 def _half_write(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Before torch.save aborts, write half of the serialised bytes, as a crash mid-write does."""
+    """Before torch.save aborts, write half of the serialised bytes, as a crash mid-write does.
+
+    A file named by its path is backed up first and put back when the run ends (see
+    ``_damage``); a file object the program opened is the program's own.
+    """
     obj = args[0] if args else kwargs.get("obj")
     target = args[1] if len(args) > 1 else kwargs.get("f")
     options = {k: v for k, v in kwargs.items() if k not in ("obj", "f")}
@@ -51,8 +55,7 @@ def _half_write(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     wrapped(obj, buffer, *args[2:], **options)
     data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
     if isinstance(target, (str, os.PathLike)):
-        with open(target, "wb") as handle:
-            handle.write(data)
+        _damage.damage(target, data)
     elif target is not None and hasattr(target, "write"):
         target.write(data)
         if hasattr(target, "flush"):

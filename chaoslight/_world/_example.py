@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._runtime._events import FIRED, Event, merge
+from chaoslight._sites import _damage
 from chaoslight._world._outcome import (
     CRASHED,
     HUNG,
@@ -94,12 +95,22 @@ class Example:
         self.judge = Judge()
         self.verdict: Verdict | None = None  # why the wavefront says the example is hung
         self.let_go = False  # whether the ranks it names were told to leave their collectives
+        # Beside the events files: a rank backs up there what its faults damage, and the
+        # parent puts it back when the example is over (a crashed rank cannot).
+        self.ledger = _damage.make_ledger(folder)
 
     def events_path(self, rank: int) -> Path:
         return self.folder / f"rank{rank}.events.jsonl"
 
     def collect(self) -> None:
         """Read messages until every rank has answered, died, or been killed after a hang."""
+        try:
+            self._collect()
+        except BaseException:  # Ctrl-C: results() will not come; the user's files go back
+            _damage.settle(self.ledger)
+            raise
+
+    def _collect(self) -> None:
         while any(w.pending for w in self.watches.values()):
             now = time.monotonic()
             self._check_silences(now)
@@ -124,15 +135,25 @@ class Example:
         self.wall_s = time.monotonic() - self.start
 
     def results(self) -> tuple[tuple[RankResult, ...], list[Event]]:
-        """Every rank's result (settled: see ``_outcome.settle``) and the merged events."""
-        events = merge(e for slot in self.slots for e in read_events(self.events_path(slot.rank)))
-        results = [
-            rank_result(
-                slot, self.watches[slot.rank], slot.output_since(self.offsets[slot.rank]), events
+        """Every rank's result (settled: see ``_outcome.settle``) and the merged events;
+        then the files the ranks' faults damaged go back (``_sites._damage``): now, or at
+        the end of the job when the example is one run of a schedule with restarts."""
+        try:
+            events = merge(
+                e for slot in self.slots for e in read_events(self.events_path(slot.rank))
             )
-            for slot in self.slots
-        ]
-        return settle(results), events
+            results = [
+                rank_result(
+                    slot,
+                    self.watches[slot.rank],
+                    slot.output_since(self.offsets[slot.rank]),
+                    events,
+                )
+                for slot in self.slots
+            ]
+            return settle(results), events
+        finally:
+            _damage.settle(self.ledger)
 
     def _hung(self, when: float) -> None:
         if self.first_hang is None:

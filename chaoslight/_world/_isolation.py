@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 import tempfile
 import warnings
 
+# Handlers a target installs and may leave behind (Lightning's signal connector takes
+# SIGTERM, and SIGUSR1 for SLURM requeue): the next example would run under them. The
+# watchdog's SIGUSR2 is its own to manage.
+RESTORED_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
 
 class Baseline:
     """The process state a target may change, captured once and put back around each example:
-    working directory, environment, tempfile's directory, warning filters, torch's default
-    dtype, thread count, grad mode and determinism flag, and the torch, random and numpy
-    RNG states (so an example's randomness does not depend on the examples before it)."""
+    working directory, environment, tempfile's directory, warning filters, the handlers of
+    ``RESTORED_SIGNALS``, torch's default dtype, thread count, grad mode and determinism
+    flag, and the torch, random and numpy RNG states (so an example's randomness does not
+    depend on the examples before it)."""
 
     def __init__(self, idle: str | None = None) -> None:
         import torch
@@ -38,6 +45,12 @@ class Baseline:
         numpy = sys.modules.get("numpy")  # imported by Lightning when it is installed
         self.numpy_rng = numpy.random.get_state() if numpy is not None else None
         self.filters = list(warnings.filters)
+        # None: a handler set outside Python, which cannot be put back from here.
+        self.handlers = {
+            signum: handler
+            for signum in RESTORED_SIGNALS
+            if (handler := signal.getsignal(signum)) is not None
+        }
 
     def enter(self, workdir: str) -> dict[str, str]:
         """Move into the example's fresh directory; return the environment to restore."""
@@ -55,6 +68,9 @@ class Baseline:
         restore_environment(environ)
         tempfile.tempdir = None
         warnings.filters[:] = self.filters  # type: ignore[index]
+        for signum, handler in self.handlers.items():
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
         if torch.get_default_dtype() != self.dtype:
             torch.set_default_dtype(self.dtype)
         if torch.get_num_threads() != self.threads:

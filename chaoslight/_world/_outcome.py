@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from chaoslight._runtime._deliberate import is_deliberate
 from chaoslight._runtime._events import Event
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._trace import SPAN_KINDS
@@ -29,13 +31,26 @@ RANK_STATUSES = (PASSED, FAILED, RELEASED, HUNG, CRASHED)
 @dataclass(frozen=True)
 class ExceptionInfo:
     """An exception a rank raised, as text: its type's name (``OutOfMemoryError``), the
-    module defining it (``torch``, ``builtins``), its message and formatted traceback."""
+    module defining it (``torch``, ``builtins``), its message and formatted traceback, and
+    whether chaoslight raised it on purpose (``_runtime/_deliberate.py``: the oracle tells
+    its internal errors from its injections by that mark)."""
 
     type: str
     message: str
     traceback: str = ""
     distributed: bool = False  # a torch.distributed / gloo communication error
     module: str = "builtins"
+    deliberate: bool = False
+
+    @classmethod
+    def of(cls, exc: BaseException, distributed: bool = False) -> ExceptionInfo:
+        """``exc`` as text, its whole chain in the traceback, read from the object itself
+        (``format_exc()`` after the ``except`` block has ended knows nothing)."""
+        kind = type(exc)
+        text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+        return cls(
+            kind.__qualname__, str(exc), text, distributed, kind.__module__, is_deliberate(exc)
+        )
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}" if self.message else self.type
@@ -47,6 +62,7 @@ class ExceptionInfo:
             "traceback": self.traceback,
             "distributed": self.distributed,
             "module": self.module,
+            "deliberate": self.deliberate,
         }
 
     @classmethod
@@ -57,6 +73,7 @@ class ExceptionInfo:
             doc.get("traceback", ""),
             bool(doc.get("distributed")),
             doc.get("module", "builtins"),
+            doc.get("deliberate") is True,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import pickle
 import selectors
 import shutil
@@ -17,6 +18,7 @@ from typing import Any
 
 from chaoslight._runtime._inject import ScheduleLike, as_schedule
 from chaoslight._runtime._protocol import as_checks, progress_timeout
+from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
@@ -27,6 +29,9 @@ from chaoslight._world._pump import Lost, Messages, pump
 from chaoslight._world._restart import run_with_restarts
 from chaoslight._world._slot import (
     Slot,
+    WorkersDidNotStart,
+    no_answer,
+    no_group,
     shutdown,
     start_reaper,
     startup_failure,
@@ -57,14 +62,15 @@ class World:
 
     Each rank is a worker process started once, with the variables torchrun sets (RANK,
     LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID,
-    …; OMP_NUM_THREADS=1 unless set) and a gloo process group already initialised, so
-    Lightning treats the ranks as launched by torchrun (``TorchElasticEnvironment``, which
-    keeps ``WORLD_SIZE`` across fits) and reuses the group: torch and Lightning are imported
-    once, and a tiny fit costs tens of milliseconds. Each example runs in a fresh working
-    directory (also ``TMPDIR``), under ``inject(schedule)`` and a hang watchdog; afterwards
-    the worker puts back what targets change (the working directory, environment, default
-    dtype, thread count, grad mode, RNG state) and recreates the process group if the
-    target destroyed it or the example failed.
+    …; OMP_NUM_THREADS=1 and GLOO_SOCKET_IFNAME=lo unless set) and a gloo process group
+    already initialised, so Lightning treats the ranks as launched by torchrun
+    (``TorchElasticEnvironment``, which keeps ``WORLD_SIZE`` across fits) and reuses the
+    group: torch and Lightning are imported once, and a tiny fit costs tens of
+    milliseconds. Each example runs in a fresh working directory (also ``TMPDIR``), under
+    ``inject(schedule)`` and a hang watchdog; afterwards the worker puts back what targets
+    change (the working directory, environment, default dtype, thread count, grad mode,
+    RNG state, the handlers of SIGINT, SIGTERM, SIGHUP and SIGUSR1) and recreates the
+    process group if the target destroyed it or the example failed.
 
     ``timeout`` is the hang watchdog's: an example in which no rank reaches a site for
     ``timeout`` seconds is reported ``hung`` within a few seconds more, with each rank's
@@ -98,7 +104,7 @@ class World:
         self._selector = selectors.DefaultSelector()
         reaper = start_reaper(self._python, str(self._root))
         self._finalizer = weakref.finalize(
-            self, shutdown, self._every, self._selector, str(self._root), reaper
+            self, shutdown, os.getpid(), self._every, self._selector, str(self._root), reaper
         )
         self._gen = 0
         self._group_ok = False
@@ -158,6 +164,7 @@ class World:
         spec = parse_target(target)
         plan = as_schedule(schedule)
         check_ranks_fit(plan, self.size)
+        check_runnable(plan, self.size)  # exception classes and allocations, before a rank runs
         timeout = check_seconds("timeout", timeout)
         checked = as_checks(checks)  # objects, or names such as "replicas-in-sync"
         timeout = progress_timeout(checked, timeout)
@@ -261,7 +268,7 @@ class World:
         deadline = time.monotonic() + self.start_timeout
         while not all(slot.ready for slot in slots):
             if time.monotonic() > deadline:
-                raise ChaosError(f"World workers did not start within {self.start_timeout:g} s")
+                raise WorkersDidNotStart(f"World workers did not start in {self.start_timeout:g} s")
             for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
                 if msg is None and slot in slots:
                     raise startup_failure(slot)
@@ -285,7 +292,7 @@ class World:
         slots[0].send(op="init", rank=0, size=self.size, gen=gen, port=0, timeout=timeout)
         first = self._replies(slots[:1], ("store", "inited"), deadline, gen=gen)[0]
         if first["op"] == "inited":
-            raise ChaosError(f"World could not create its process group: {first.get('error')}")
+            raise no_group(first.get("error"))
         for slot in slots[1:]:
             slot.send(
                 op="init",
@@ -297,7 +304,7 @@ class World:
             )
         for reply in self._replies(slots, ("inited",), deadline, gen=gen).values():
             if not reply["ok"]:
-                raise ChaosError(f"World could not create its process group: {reply['error']}")
+                raise no_group(reply["error"])
         self._group_ok = True
 
     def _replies(
@@ -307,7 +314,7 @@ class World:
         while len(got) < len(slots):
             if time.monotonic() > deadline:
                 missing = sorted({s.rank for s in slots} - set(got))
-                raise ChaosError(f"World: rank(s) {missing} did not answer {ops[-1]!r} in time")
+                raise no_answer(missing, ops[-1])
             for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
                 if slot not in slots:
                     continue

@@ -22,6 +22,7 @@ from pathlib import Path
 from chaoslight._runtime._events import FIRED, NOTE
 from chaoslight._runtime._preempt import DELIVERED
 from chaoslight._schedule import Fault, Schedule
+from chaoslight._sites._damage import holding
 from chaoslight._world._outcome import PASSED, Outcome
 
 RunOne = Callable[[Schedule, Path], Outcome]
@@ -32,7 +33,10 @@ def run_with_restarts(run_one: RunOne, plan: Schedule, scratch: Path, size: int)
     run's outcome, with the earlier runs in ``attempts`` and ``plan`` as its schedule."""
     workdir = Path(tempfile.mkdtemp(prefix="restarts-", dir=scratch))
     try:
-        return replace(_runs(run_one, plan, workdir, size), schedule=plan)
+        # A file a fault damaged stays damaged for the restarts (a truncated checkpoint is
+        # what a restart must cope with) and goes back after the last run.
+        with holding(scratch):
+            return replace(_runs(run_one, plan, workdir, size), schedule=plan)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -8,11 +8,12 @@ import os
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from chaoslight._runtime._proc import die_with_parent
+from chaoslight._runtime._proc import die_with_parent, exited
 from chaoslight._schedule import ChaosError
 
 # The environment contract with the worker processes (read in _worker).
@@ -55,7 +56,8 @@ def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> 
     """The parent's environment without any launcher's or chaoslight's variables.
 
     The ranks get torchrun-style variables when their group is created; one thread per
-    rank unless the caller chose otherwise (torchrun does the same).
+    rank unless the caller chose otherwise (torchrun does the same); gloo on the loopback
+    interface unless ``GLOO_SOCKET_IFNAME`` says otherwise.
     """
     env = {
         k: v
@@ -65,11 +67,31 @@ def worker_environment(path: list[str], preload: tuple[str, ...], root: str) -> 
     if env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
         del env["TORCH_DISTRIBUTED_DEBUG"]  # segfaults DDP construction on CPU (torch 2.13)
     env.setdefault("OMP_NUM_THREADS", "1")
+    loopback = loopback_interface()
+    if loopback is not None:
+        # The ranks meet at 127.0.0.1: without this gloo binds to the interface the host
+        # name resolves to, which on a laptop off its network or in a container may be
+        # unreachable, and it would expose the ranks' sockets to the network.
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
     env["PYTHONUNBUFFERED"] = "1"
     env[PATH_VARIABLE] = json.dumps([p or os.getcwd() for p in path])
     env[PRELOAD_VARIABLE] = ",".join(preload)
     env[ROOT_VARIABLE] = root  # removed by the workers if the parent dies without closing
     return env
+
+
+def loopback_interface() -> str | None:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on macOS), if there is one."""
+    try:
+        names = {name for _, name in socket.if_nameindex()}
+    except OSError:
+        return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+class WorkersDidNotStart(ChaosError):
+    """The World's rank processes could not start or meet: no such interpreter, a worker
+    that died before its handshake, no process group. The machine, not the program."""
 
 
 class Slot:
@@ -98,9 +120,11 @@ class Slot:
                     # its pipes: the kernel kills it when the parent dies.
                     preexec_fn=die_with_parent(signal.SIGKILL),
                 )
-        except BaseException:
+        except BaseException as exc:
             for fd in (fd for pair in pipes for fd in pair):
                 os.close(fd)
+            if isinstance(exc, OSError):
+                raise cannot_start(python, exc) from None
             raise
         for fd in child:
             os.close(fd)
@@ -148,18 +172,27 @@ class Slot:
         return [json.loads(line) for line in lines if line.strip()], eof
 
     def reap(self, wait: float = 2.0) -> int | None:
-        """The exit status (negative: killed by that signal), waiting up to ``wait`` s."""
-        try:
-            return self.proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            return None
+        """The exit status (negative: killed by that signal), waiting up to ``wait`` s.
+
+        What the worker left in its group (a DataLoader worker) is killed first, while the
+        unreaped worker still holds the group's id."""
+        if self.proc.returncode is None:
+            if not exited(self.proc.pid, wait):
+                return None
+            self._kill_group()
+        return self.proc.wait()
 
     def signal(self) -> None:
         """SIGKILL the worker's whole process group (a stuck gloo rank ignores SIGTERM)."""
-        if self.proc.poll() is None or not self.dead:
+        self._kill_group()
+        self.dead = True
+
+    def _kill_group(self) -> None:
+        # Only while the worker is not reaped: after that its pid, the group's id, may be
+        # given to another process, which must never get this signal.
+        if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        self.dead = True
 
     def close(self) -> None:
         """Kill (if alive), reap, and close the pipes."""
@@ -199,18 +232,46 @@ shutil.rmtree(sys.argv[1], ignore_errors=True)
 
 def start_reaper(python: str, root: str) -> subprocess.Popen[bytes]:
     """A small process that removes ``root`` when the pipe from this process closes."""
-    return subprocess.Popen(
-        [python, "-S", "-c", REAPER, root],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # a Ctrl-C meant for the World's process does not reach it
+    try:
+        return subprocess.Popen(
+            [python, "-S", "-c", REAPER, root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C meant for the World's process does not reach it
+        )
+    except OSError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        raise cannot_start(python, exc) from None
+
+
+def no_group(error: Any) -> WorkersDidNotStart:
+    return WorkersDidNotStart(f"World could not create its process group: {error}")
+
+
+def no_answer(ranks: list[int], op: str) -> WorkersDidNotStart:
+    return WorkersDidNotStart(f"World: rank(s) {ranks} did not answer {op!r} in time")
+
+
+def cannot_start(python: str, exc: OSError) -> WorkersDidNotStart:
+    return WorkersDidNotStart(
+        f"python={python!r} cannot be started for the World's workers: "
+        f"{exc.strerror or exc}; give a Python with chaoslight and torch installed"
     )
 
 
 def shutdown(
-    every: list[Slot], selector: selectors.BaseSelector, root: str, reaper: Any = None
+    owner: int,
+    every: list[Slot],
+    selector: selectors.BaseSelector,
+    root: str,
+    reaper: Any = None,
 ) -> None:
+    """Close a World: in the process ``owner`` that made it only. A child forked from it (a
+    DataLoader worker, ``os.fork`` in a test) inherits the World's finalizer, and at its
+    exit would otherwise kill the parent's ranks and remove the parent's folder."""
+    if os.getpid() != owner:
+        return
     live = list(every)
     for slot in live:
         slot.signal()
@@ -225,10 +286,10 @@ def shutdown(
             reaper.wait(timeout=5)
 
 
-def startup_failure(slot: Slot) -> ChaosError:
+def startup_failure(slot: Slot) -> WorkersDidNotStart:
     code = slot.reap()
     tail = slot.output_since(0)[-3000:].rstrip()
-    return ChaosError(
+    return WorkersDidNotStart(
         f"World worker for rank {slot.rank} exited while starting (status {code}); "
         f"its output ends:\n{tail}"
     )

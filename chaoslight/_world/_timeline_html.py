@@ -99,12 +99,17 @@ class Shape:
     label: str = ""
 
 
+# In every page's head: how ``--out``'s page is known as chaoslight's own, to overwrite.
+HTML_MARKER = '<meta name="generator" content="chaoslight">'
+
+
 def render_html(timeline: Timeline, text_rows: int = 200) -> str:
     """The page (see the module docstring)."""
     head = timeline.header
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        HTML_MARKER,
         f"<title>chaoslight timeline: {escape(head.target)}</title>",
         f"<style>{CSS}</style></head><body>",
         _header(timeline),

@@ -8,15 +8,28 @@ Worker side, ``Tracker.look()`` (the watchdog thread, every ``TICK_S``) says whe
 main thread is **blocked in a collective**: the innermost site in progress
 (``engine.in_progress``) is a ``dist.*`` collective, the innermost Python frame is
 torch.distributed's own code (waiting on gloo: not sleeping in a ``Delay`` fault in
-chaoslight's engine, not running user code), its CPU clock stands still, and the job has
-only the World's process group (a subgroup's collectives need not line up). Its
-**sequence number** counts every ``dist.*`` collective call the engine saw on this rank
-(DDP's gradient all-reduce excluded: it is observed only when a schedule names it), so
-the ranks of a correct program agree on it. A main thread still inside autograd (in
-``backward`` or ``manual_backward``) with a still CPU clock waits in DDP's gradient
-all-reduce: it is reported as blocked there (``dist.gradient_allreduce``, with the same
-number), so a peer blocked in another collective is a hang decided at once, not at the
-timeout.
+chaoslight's engine, not running user code), the process is **asleep** (``_sched``: the
+main thread sleeps, no thread ran or waited for a CPU half the time since the last look;
+the frames are still needed: a main thread that wants the GIL the watchdog holds sleeps
+too), and the job has only the World's process group (a subgroup's collectives need not
+line up). Its **sequence number** counts every ``dist.*`` collective call the engine saw
+on this rank (DDP's gradient all-reduce excluded: observed only when a schedule names
+it), so the ranks of a correct program agree on it. A main thread still inside autograd
+(``backward``, ``manual_backward``) in an asleep process waits in DDP's gradient
+all-reduce: reported as blocked there (``dist.gradient_allreduce``, same number), so a
+peer blocked in another collective is a hang decided at once. A backward that computes
+is never asleep: its threads (the main one, torch's intra-op ones) run or wait for a CPU.
+
+**Load changes neither verdict, by construction.** A starved rank's threads are runnable,
+running or on a run queue, never asleep: a loaded machine slows a correct rank but never
+makes it look blocked (a CPU share, which starving lowers, does not decide). A rank
+blocked in gloo sleeps, and a sleeping thread accrues neither CPU nor run-queue wait
+whatever the load (gloo's loop thread wakes every 10 ms for microseconds, each wake-up
+waiting about one time slice: far below half a window). So the hung ranks' looks read as
+on an idle machine, from the first one (no earlier reading is needed), and the verdict
+comes ``BLOCKED_S`` + ``CONFIRM_S`` + a few ``TICK_S`` after the hang (about 1 s), late
+only by the watchdog's and the parent's wake-ups (milliseconds: a waking sleeper is
+scheduled first). Where ``/proc`` cannot be read no rank is blocked: the timeout decides.
 ``GlooSockets`` can release a blocked rank without killing it: it shuts down the process
 group's TCP connections, and gloo raises "Connection closed by peer" in every rank that
 waits on them.
@@ -46,6 +59,7 @@ from typing import Any
 from chaoslight._runtime._frames import is_library
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._schedule._catalog import COLLECTIVES
+from chaoslight._world._sched import Reading, asleep, read_threads
 
 # Every collective the site catalogue wraps; not dist.gradient_allreduce (see above).
 COLLECTIVE_SITES = tuple(f"dist.{name}" for name in COLLECTIVES)
@@ -58,7 +72,6 @@ BLOCKED_S = 0.5  # the parent decides only on ranks blocked at least this long
 FRESH_S = 0.75  # on reports no older than this
 CONFIRM_S = 0.3  # and when the same picture holds this much later, freshly reported
 END_GRACE_S = 1.0  # after a rank ended: time for gloo to release its peers by itself
-BUSY_FRACTION = 0.25  # a main thread using this share of a CPU is computing, not waiting
 
 # Packages whose frames are skipped when naming who called a collective.
 _PLUMBING = ("torch.distributed", "chaoslight", "wrapt")
@@ -124,19 +137,22 @@ class Tracker:
     process group exists); ``look()`` is called from one thread (the watchdog's).
     """
 
-    def __init__(self, decidable: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        decidable: Callable[[], bool],
+        read: Callable[[int], dict[int, Reading] | None] = read_threads,
+    ) -> None:
         self.decidable = decidable
+        self.read = read  # the process's threads but the caller's (``_sched.read_threads``)
         self.main = threading.main_thread().ident or 0
-        self.clock: int | None = None
-        with contextlib.suppress(AttributeError, OSError):
-            self.clock = time.pthread_getcpuclockid(self.main)
+        self.main_tid = threading.main_thread().native_id or 0
         self.reset()
 
     def reset(self) -> None:
         """Forget what was seen (a new example)."""
         self.key: tuple[str, int, int, int | None] | None = None
         self.since = self.at = time.monotonic()
-        self.cpu = self._cpu()
+        self.threads: dict[int, Reading] = {}  # read at ``at``, in a collective
         self.caller = ""
         self.by_program = False
 
@@ -150,15 +166,13 @@ class Tracker:
             return None
 
     def _look(self) -> Front | None:
-        now, cpu = time.monotonic(), self._cpu()
-        busy = (
-            cpu is not None
-            and self.cpu is not None
-            and cpu - self.cpu > BUSY_FRACTION * max(now - self.at, 1e-3)
-        )
-        self.cpu, self.at = cpu, now
+        now = time.monotonic()
         frame = sys._current_frames().get(self.main)
-        key = None if busy else self._key(frame)
+        key = self._key(frame)
+        if key is None:
+            self.threads = {}  # not in a collective: the next window starts afresh
+        elif not self._asleep(now):
+            key = None
         if key is None or key != self.key:
             self.key, self.since, self.caller = key, now, ""
             return None
@@ -166,6 +180,13 @@ class Tracker:
             self.caller, self.by_program = caller_of(frame), issued_by_program(frame)
         site, seq, call, step = key
         return Front(site, seq, call, step, now - self.since, self.caller, self.by_program)
+
+    def _asleep(self, now: float) -> bool:
+        """Whether the process sleeps since the last look (``_sched``); never without /proc."""
+        threads = self.read(threading.get_native_id())
+        before, window = self.threads, max(now - self.at, 1e-3)
+        self.threads, self.at = threads or {}, now
+        return threads is not None and asleep(before, threads, self.main_tid, window)
 
     def _key(self, frame: FrameType | None) -> tuple[str, int, int, int | None] | None:
         engine = active_engine()
@@ -177,9 +198,10 @@ class Tracker:
         site, call, step = stack[-1]
         where = frame.f_code.co_filename
         if where.startswith(_folder("torch.autograd")):
-            # Still in autograd (``backward``, or ``manual_backward`` in a training step)
-            # with a still CPU clock: DDP's gradient all-reduce waits for its peers (a
-            # backward that computes runs on this thread and uses its CPU).
+            # Still in autograd (``backward``, or ``manual_backward`` in a training step),
+            # and asleep (``_look``): DDP's gradient all-reduce waits for its peers. A CPU
+            # backward that computes runs on this thread and on torch's intra-op threads,
+            # all of them running or runnable, never asleep.
             site = GRADIENT_ALLREDUCE
         elif site not in COLLECTIVE_SITES or not where.startswith(_folder("torch.distributed")):
             return None  # not in a collective, or in one but not waiting (a Delay sleeps)
@@ -187,14 +209,6 @@ class Tracker:
             return None
         seq = sum(engine.calls.get(name, 0) for name in COLLECTIVE_SITES)
         return site, seq, call, step
-
-    def _cpu(self) -> float | None:
-        if self.clock is None:
-            return None
-        try:
-            return time.clock_gettime(self.clock)
-        except OSError:
-            return None
 
 
 def only_group(group: Any) -> bool:

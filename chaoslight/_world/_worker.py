@@ -31,7 +31,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -118,9 +117,7 @@ def orphaned() -> None:
 
 
 def exception_info(exc: BaseException) -> ExceptionInfo:
-    kind = type(exc)
-    text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
-    return ExceptionInfo(kind.__qualname__, str(exc), text, _is_distributed(exc), kind.__module__)
+    return ExceptionInfo.of(exc, _is_distributed(exc))
 
 
 def _is_distributed(exc: BaseException) -> bool:

@@ -1,0 +1,108 @@
+"""``chaoslight replay FILE [TARGET]``: run a failure or schedule file again, judged as
+the search judged it; print the cause first and the per-rank timeline."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from chaoslight._cli._outputs import check_page
+from chaoslight._cli._report import show_cause_traceback, show_timeline
+from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
+from chaoslight._schedule import InvalidArgument
+from chaoslight._search import replay
+from chaoslight._search._failure import Failure, replay_command
+from chaoslight._search._specs import typed_checks
+from chaoslight._world._target import parse_target
+
+
+def add_command(commands: Any) -> None:
+    replay_parser = commands.add_parser("replay", help="run a failure or schedule file again")
+    replay_parser.add_argument("file", help="a failure file from fuzz, or a schedule file")
+    replay_parser.add_argument("target", nargs="?", default=None, help="(default: the file's)")
+    replay_parser.add_argument(
+        "--world-size", type=int, default=None, help="ranks (default: the file's)"
+    )
+    replay_parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a rank may go without progress (default: the file's)",
+    )
+    replay_parser.add_argument(
+        "--check",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a check instead of the file's named ones, or module:Class to include your own "
+        "(repeatable; default: the file's; a file's import path is never imported)",
+    )
+    replay_parser.add_argument(
+        "--html",
+        default=None,
+        metavar="OUT",
+        help="write the replay's timeline to OUT: one self-contained HTML page, a lane per "
+        "rank (default: none; the text form is printed for a failure of several ranks)",
+    )
+
+
+def _own_target(file: str, target: str) -> str:
+    """The file's target, run only when it is this project's own code: a .py file under the
+    current directory, or a module whose top-level package lies there (found without
+    importing it). A file is data (docs/explanation/trust.md): any other target runs only
+    when the user names it on the command line."""
+    if not target:
+        raise InvalidArgument(f"{file} names no target: give one, e.g. replay FILE train.py:main")
+    parsed = parse_target(target)
+    here = Path.cwd().resolve()
+    if parsed.path is not None:
+        own = Path(parsed.path).resolve().is_relative_to(here)
+    else:
+        top = (parsed.module or "").partition(".")[0]
+        own = PathFinder.find_spec(top, [str(here)]) is not None
+    if not own:
+        raise InvalidArgument(
+            f"{file} names the target {target!r}, which is not code under this directory; "
+            f"replay runs no code a file names: to run it, name it: "
+            f"chaoslight replay {file} {target}"
+        )
+    return target
+
+
+def main(args: argparse.Namespace) -> int:
+    check_page("--html", args.html)
+    failure = Failure.load(args.file)
+    target = args.target or _own_target(args.file, failure.target)
+    console = Console(highlight=False, soft_wrap=True, markup=False)
+    checks, skipped = typed_checks(failure.checks, args.check or [])
+    for line in skipped:  # a user check the file names by import path, left out
+        console.print(f"chaoslight replay: {line}")
+    verdict, outcome = replay(
+        failure,
+        target=target,
+        world_size=args.world_size,
+        timeout=args.timeout,
+        checks=checks,
+        trace=True,  # one run: the spans cost little, and the text table needs them
+    )
+    state = "INTERNAL ERROR of chaoslight" if verdict.internal else "still fails"
+    state = state if verdict.failed or verdict.internal else "passes"
+    console.print(f"replay: {state} ({outcome.status} in {outcome.wall_s:.2f} s)")
+    if verdict.failed or verdict.internal:
+        console.print(f"failure: {verdict.reason}")
+    console.print("schedule:")
+    for line in (failure.schedule.to_text() or "(empty: no fault)").splitlines():
+        console.print(f"  {line}")
+    for line in verdict.notes:
+        console.print(f"note: {line}")
+    if verdict.failed or verdict.internal:
+        show_cause_traceback(console, outcome)
+    html = Path(args.html) if args.html else None
+    show_timeline(console, outcome, verdict, html, replay_command(args.file, failure))
+    if verdict.internal:
+        return EXIT_INTERNAL
+    return EXIT_FOUND if verdict.failed else EXIT_CLEAN

@@ -1,0 +1,230 @@
+"""The damage a fault does to a real file, and undoing it when the run ends.
+
+A Raise, Crash or OOM at ``torch.save`` first writes half of the serialised bytes to the
+destination, as a crash in the middle of a write does: the program (and a restart of it)
+must see that truncated file, or non-atomic checkpoint code is never caught. The user's
+original must survive it. So before the damage its bytes -- or the fact that there was no
+file -- go into a *ledger*: a folder with a backup per damaged file and a manifest of JSON
+lines (path, backup, the size and sha256 of the damaged bytes, the original's times).
+When the run ends, every damaged file that still holds exactly the damaged bytes gets its
+original back (or is removed, if there was none); a file the program wrote (or removed)
+since keeps what the program did. Several damages of one file undo newest first, so the
+file ends as it was before the first.
+
+Who restores: the process itself, when ``inject()`` exits -- unless the process that
+started it made a folder named ``LEDGER`` beside the events file it gave it (a World's
+example, ``chaoslight run``). Then the process writes its backups and manifest there and
+the parent restores once the job is over: a crash kills the rank before it could, and a
+run restarted after the fault must still see the damage (see ``holding``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LEDGER = "chaoslight-damage"  # the folder a parent makes beside the events files it reads
+_MANIFEST = "manifest-{pid}.jsonl"
+_CHUNK = 1 << 20
+
+
+class Ledger:
+    """Where one process backs up what it damages. ``shared``: a parent made the folder
+    and restores from it; otherwise the folder is private, made at the first damage, and
+    the process restores (and removes it) on ``close``."""
+
+    def __init__(self, folder: Path | None, shared: bool) -> None:
+        self.folder = folder
+        self.shared = shared
+
+    def damage(self, path: str, data: bytes) -> None:
+        """Back up ``path`` (or note it is absent), then overwrite it with ``data``. A file
+        that cannot be backed up, or is not a regular file, is left alone."""
+        try:
+            before = os.stat(path)
+        except FileNotFoundError:
+            before = None
+        except OSError:
+            return
+        if before is not None and not stat.S_ISREG(before.st_mode):
+            return  # a device or a pipe: nothing a crash mid-write could truncate
+        entry: dict[str, Any] = {
+            "path": path,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "at": time.time_ns(),
+            "backup": None,
+        }
+        try:
+            folder = self._folder()
+            if before is not None:
+                fd, backup = tempfile.mkstemp(prefix=f"backup-{os.getpid()}-", dir=folder)
+                with os.fdopen(fd, "wb") as copy, open(path, "rb") as original:
+                    shutil.copyfileobj(original, copy, _CHUNK)
+                entry["backup"] = os.path.basename(backup)
+                entry["times"] = [before.st_atime_ns, before.st_mtime_ns]
+            # Recorded before the damage: a crash right after it still leaves the record.
+            with open(folder / _MANIFEST.format(pid=os.getpid()), "a", encoding="utf-8") as log:
+                log.write(json.dumps(entry) + "\n")
+        except OSError:
+            return  # no backup, no damage: the fault still fires, the file stays whole
+        # A file that cannot be written (no such folder) is not damaged: the fault fires.
+        with contextlib.suppress(OSError), open(path, "wb") as damaged:
+            damaged.write(data)
+
+    def close(self) -> None:
+        """A private ledger: put every damaged file back now and remove the folder."""
+        if self.shared or self.folder is None:
+            return
+        if restore(self.folder):
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder = None
+
+    def _folder(self) -> Path:
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="chaoslight-damage-"))
+        return self.folder
+
+
+class _State:
+    ledger: Ledger | None = None  # the active injection's; None: no file may be damaged
+    held: list[Path] | None = None  # ledgers kept until the end of a job (``holding``)
+    keep: Path | None = None
+
+
+STATE = _State()
+
+
+def begin(events_file: str | os.PathLike[str] | None) -> Ledger:
+    """The ledger of an injection starting in this process (shared if its parent made one)."""
+    shared = None if events_file is None else Path(events_file).absolute().parent / LEDGER
+    if shared is not None and shared.is_dir():
+        STATE.ledger = Ledger(shared, shared=True)
+    else:
+        STATE.ledger = Ledger(None, shared=False)
+    return STATE.ledger
+
+
+def end(ledger: Ledger | None) -> None:
+    """The injection is over: no more damage; a private ledger restores now."""
+    if STATE.ledger is ledger:
+        STATE.ledger = None
+    if ledger is not None:
+        ledger.close()
+
+
+def damage(target: str | os.PathLike[str], data: bytes) -> None:
+    """Overwrite the file ``target`` with ``data``, undoably; nothing without a ledger."""
+    if STATE.ledger is not None:
+        STATE.ledger.damage(os.path.realpath(target), data)
+
+
+def make_ledger(beside: Path) -> Path:
+    """For a parent: the ledger folder its processes will fill, in ``beside`` (the folder of
+    the events files it gives them)."""
+    folder = beside / LEDGER
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def settle(folder: Path) -> None:
+    """For a parent, once its processes have ended: restore from ``folder`` now, or, inside
+    ``holding``, keep it for the end of the job."""
+    if not folder.is_dir():
+        return
+    if STATE.held is not None and STATE.keep is not None:
+        kept = STATE.keep / f"{len(STATE.held):05d}"
+        shutil.move(str(folder), str(kept))
+        STATE.held.append(kept)
+        return
+    if restore(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def holding(scratch: Path) -> Iterator[None]:
+    """Runs of one job (a schedule's restarts): what one run damaged stays damaged for the
+    next, and everything is put back when the block ends."""
+    if STATE.held is not None:  # inside an outer job: that one restores
+        yield
+        return
+    STATE.keep = Path(tempfile.mkdtemp(prefix="held-damage-", dir=scratch))
+    STATE.held = []
+    try:
+        yield
+    finally:
+        folders, keep = STATE.held, STATE.keep
+        STATE.held = STATE.keep = None
+        if restore(*folders):
+            shutil.rmtree(keep, ignore_errors=True)
+
+
+def restore(*folders: Path) -> bool:
+    """Put back every file the ledgers in ``folders`` damaged, newest damage first; True
+    when all went back (else each failure is warned about and its backup kept)."""
+    entries = [(entry, folder) for folder in folders for entry in _entries(folder)]
+    entries.sort(key=lambda pair: pair[0].get("at", 0), reverse=True)
+    done = True
+    for entry, folder in entries:
+        try:
+            _put_back(entry, folder)
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            done = False
+            warnings.warn(
+                f"chaoslight could not put back {entry.get('path')!r} after a fault damaged "
+                f"it ({exc}); its original is kept in {folder}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return done
+
+
+def _entries(folder: Path) -> list[dict[str, Any]]:
+    entries = []
+    for manifest in sorted(folder.glob(_MANIFEST.format(pid="*"))):
+        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # cut short by a kill: that damage was never written
+            if isinstance(entry, dict):
+                entries.append(entry)
+    return entries
+
+
+def _put_back(entry: dict[str, Any], folder: Path) -> None:
+    path = str(entry["path"])
+    if not _holds(path, int(entry["size"]), str(entry["sha256"])):
+        return  # the program wrote or removed it since: that is the program's change
+    if entry.get("backup") is None:
+        os.remove(path)
+        return
+    with open(folder / str(entry["backup"]), "rb") as original, open(path, "wb") as handle:
+        shutil.copyfileobj(original, handle, _CHUNK)
+    if entry.get("times"):
+        atime, mtime = entry["times"]
+        os.utime(path, ns=(int(atime), int(mtime)))
+
+
+def _holds(path: str, size: int, sha256: str) -> bool:
+    """Whether the file at ``path`` holds exactly the damaged bytes."""
+    try:
+        if os.stat(path).st_size != size:
+            return False
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha256
