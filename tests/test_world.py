@@ -295,7 +295,8 @@ def test_killed_rank_is_crashed_and_the_other_released(world: World) -> None:
 @pytest.mark.slow
 def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
     """Destroyed group, dtype, threads, cwd, files, env (WORLD_SIZE too), RNG, signal
-    handlers: all put back; gloo uses the loopback interface."""
+    handlers, faulthandler's abort handler (a fit's teardown removes it): all put back;
+    gloo uses the loopback interface."""
     first = world.run(target("state"), timeout=TIMEOUT)
     messy = world.run(target("leaves_a_mess"), timeout=TIMEOUT)
     assert messy.status == "passed" and messy.ranks[0].value == "messy", messy.report()
@@ -313,6 +314,7 @@ def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
         "rand": first.ranks[0].value["rand"],
         "handlers": first.ranks[0].value["handlers"],
         "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        "abort_dumps": True,
     }
     assert "_leftover_handler" not in seen["handlers"]
 

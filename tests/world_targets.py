@@ -93,9 +93,17 @@ def state() -> dict[str, Any]:
         "rand": float(torch.rand(1)),
         "handlers": [_handler_name(s) for s in (signal.SIGTERM, signal.SIGUSR1)],
         "gloo_interface": os.environ.get("GLOO_SOCKET_IFNAME"),
+        "abort_dumps": _catches(signal.SIGABRT),  # faulthandler's, undone by Lightning's teardown
     }
     _fit()
     return seen
+
+
+def _catches(signum: int) -> bool:
+    """Whether this process has a handler for ``signum`` at the C level (/proc's SigCgt)."""
+    with open("/proc/self/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signum - 1)))
 
 
 def stubborn() -> None:

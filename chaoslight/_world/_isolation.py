@@ -6,6 +6,7 @@ the same state whatever ran before it (see ``Baseline``).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import signal
@@ -22,9 +23,9 @@ RESTORED_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1
 class Baseline:
     """The process state a target may change, captured once and put back around each example:
     working directory, environment, tempfile's directory, warning filters, the handlers of
-    ``RESTORED_SIGNALS``, torch's default dtype, thread count, grad mode and determinism
-    flag, and the torch, random and numpy RNG states (so an example's randomness does not
-    depend on the examples before it)."""
+    ``RESTORED_SIGNALS`` and faulthandler's fatal-signal handlers, torch's default dtype,
+    thread count, grad mode and determinism flag, and the torch, random and numpy RNG
+    states (so an example's randomness does not depend on the examples before it)."""
 
     def __init__(self, idle: str | None = None) -> None:
         import torch
@@ -71,6 +72,14 @@ class Baseline:
         for signum, handler in self.handlers.items():
             if signal.getsignal(signum) is not handler:
                 signal.signal(signum, handler)
+        if faulthandler.is_enabled():
+            # Lightning's signal connector, tearing down, sets every signal it saw as
+            # SIG_DFL back to SIG_DFL: that silently removes faulthandler's SIGABRT and
+            # SIGSEGV handlers, and enable() alone is a no-op while faulthandler thinks it
+            # is on. Re-armed, a rank that gloo aborts in a later example still leaves its
+            # stacks in its log (the evidence that names Lightning's SIGTERM broadcast).
+            faulthandler.disable()
+            faulthandler.enable()
         if torch.get_default_dtype() != self.dtype:
             torch.set_default_dtype(self.dtype)
         if torch.get_num_threads() != self.threads:
