@@ -14,6 +14,7 @@ import typing as _typing
 
 # strategies/ is mapped into the package by pyproject, which mypy does not see.
 from chaoslight import checks, strategies  # type: ignore[attr-defined]
+from chaoslight._report import Outcome
 from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject
 from chaoslight._schedule import (
     OOM,
@@ -37,7 +38,7 @@ from chaoslight._schedule import (
 from chaoslight._schedule._describe import fault_descriptions as _fault_descriptions
 from chaoslight._schedule._describe import site_descriptions as _site_descriptions
 from chaoslight._search import Failure, Verdict, check, fuzz, judge, replay
-from chaoslight._world import Outcome, World
+from chaoslight._world import World
 
 __version__ = "0.1.0"
 

@@ -18,6 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("chaoslight._schedule",),
     ("chaoslight._sites",),
     ("chaoslight._runtime",),
+    ("chaoslight._report",),
     ("chaoslight._world",),
     ("chaoslight._checks", "chaoslight.checks"),
     ("chaoslight._search", "chaoslight.strategies"),

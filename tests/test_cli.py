@@ -282,7 +282,7 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
 ) -> None:
     """fuzz replays the failure once more, traced, on its own World, and writes
     ``<out>.html``; --no-html skips both; --strict reaches the search."""
-    from chaoslight._cli import _fuzz, _report
+    from chaoslight._cli import _fuzz
     from chaoslight._search._campaign import FAILED, Result
 
     verdict, outcome = two_rank_failure()
@@ -300,7 +300,7 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
 
     monkeypatch.setattr(_fuzz, "World", lambda size: contextlib.nullcontext(f"World({size})"))
     monkeypatch.setattr(_fuzz, "fuzz", search)
-    monkeypatch.setattr(_report, "replay", replay)
+    monkeypatch.setattr(_fuzz, "replay", replay)
     out = tmp_path / "found.json"
     assert main(["fuzz", "t.py:train", "--out", str(out), "--strict"]) == 1
     printed = capsys.readouterr().out

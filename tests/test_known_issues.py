@@ -14,13 +14,14 @@ import pytest
 
 import chaoslight
 from chaoslight import Preempt, Schedule
+from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE, Event
 from chaoslight._search import fuzz
 from chaoslight._search._campaign import FAILED
 from chaoslight._search._known import match_known
 from chaoslight._search._oracle import FAILED_CLEANLY, judge
 from chaoslight._world import World
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult, overall, settle
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "examples" / "known_issues" / "on_exception_checkpoint.py"

@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 
 import chaoslight._runtime._engine as engine
 from chaoslight import MemoryBudget, Preempt, Schedule
+from chaoslight._report._records import ExceptionInfo
 from chaoslight._runtime import HangDetected, Watchdog
 from chaoslight._runtime._memory import format_bytes
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._search._oracle import FAILED_CLEANLY, INTERNAL, internal_error, judge
-from chaoslight._world._outcome import ExceptionInfo
 
 SITES = [
     "lightning.training_step",

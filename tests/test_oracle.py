@@ -8,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from chaoslight import Schedule
+from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, Event, Violation
 from chaoslight._search._oracle import (
     BENIGN,
@@ -23,7 +25,6 @@ from chaoslight._search._oracle import (
     fault_class,
     judge,
 )
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult, overall, settle
 
 OOM_TEXT = "CUDA out of memory. Tried to allocate 1.0 GiB. [simulated by chaoslight: oom@x]"
 GLOO = "RuntimeError: Connection closed by peer"

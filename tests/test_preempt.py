@@ -15,6 +15,8 @@ from hypothesis import find, given
 
 import chaoslight
 from chaoslight import InvalidArgument, InvalidSchedule, Preempt, Schedule
+from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE, Event
 from chaoslight._runtime._preempt import handler_owner
 from chaoslight._search._campaign import CLEAN, FAILED, Campaign
@@ -22,7 +24,6 @@ from chaoslight._search._known import KNOWN_ISSUES, match_known, parse_version
 from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT, Verdict, judge
 from chaoslight._search._preemption import PREEMPT_RULE
 from chaoslight._search._strategies import preemptions, schedules
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult, overall, settle
 
 SITE = "lightning.training_step"
 PREEMPT = f"preempt@{SITE} rank=1 step=4"

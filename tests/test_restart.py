@@ -9,9 +9,10 @@ import pytest
 
 import chaoslight
 from chaoslight import InvalidArgument, InvalidSchedule, Schedule
+from chaoslight._report._outcome import Outcome
+from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, Event
 from chaoslight._search._oracle import judge
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 from chaoslight._world._restart import remaining
 
 CRASH = "crash@torch.save rank=0 step=3"

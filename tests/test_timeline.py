@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import chaoslight
+from chaoslight._report._timeline import Header, RankEnd, build, render_text
 from chaoslight._runtime import FIRED, Event
 from chaoslight._runtime._trace import ENTER, EXIT
 from chaoslight._world import ExceptionInfo, Outcome, RankResult
-from chaoslight._world._timeline import Header, RankEnd, build, render_text
 
 EXAMPLE = f"{Path(__file__).resolve().parents[1]}/examples/ddp_train.py:train"
 

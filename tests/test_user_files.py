@@ -18,9 +18,9 @@ import chaoslight
 from chaoslight import Failure, Schedule
 from chaoslight._cli import build_parser, main
 from chaoslight._cli._outputs import Outputs
+from chaoslight._report._timeline_html import HTML_MARKER
 from chaoslight._runtime._events import FIRED
 from chaoslight._search._failure import emit_test
-from chaoslight._world._timeline_html import HTML_MARKER
 
 STATE = {"w": torch.arange(1000, dtype=torch.float32)}
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import chaoslight
+from chaoslight._report._text import cause_first
 from chaoslight._runtime import PROGRESS_SITES, inject
 from chaoslight._world import World
-from chaoslight._world._outcome import cause_first
 from chaoslight._world._sched import Reading, asleep, read_threads
 from chaoslight._world._wavefront import (
     BLOCKED_S,

@@ -17,10 +17,10 @@ from rich.console import Console
 from chaoslight._cli._arguments import add_world_options, chosen_checks
 from chaoslight._cli._outputs import Outputs
 from chaoslight._cli._progress import Display
-from chaoslight._cli._report import traced_timeline
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
+from chaoslight._report import html_beside, show_timeline
 from chaoslight._schedule import InvalidArgument
-from chaoslight._search import DEFAULT_CHECKS, fuzz
+from chaoslight._search import DEFAULT_CHECKS, fuzz, replay
 from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._strategies import DEFAULT_KINDS, MODES
@@ -247,3 +247,12 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     if result.status in (FLAKY, BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")
+
+
+def traced_timeline(console: Console, world: World, failure: Failure, out: str) -> None:
+    """Replay a failure once more with tracing on: the text table, the HTML page beside
+    the failure file ``out``."""
+    verdict, outcome = replay(failure, world=world, trace=True)
+    if not verdict.failed:
+        console.print("note: the traced replay passed: its timeline shows a passing run")
+    show_timeline(console, outcome, verdict, html_beside(out), replay_command(out, failure))

@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from chaoslight._cli._report import html_beside
 from chaoslight._cli._usage import UsageError
+from chaoslight._report import HTML_MARKER, html_beside
 from chaoslight._search._failure import EMITTED_TEST_HEADER
-from chaoslight._world._timeline_html import HTML_MARKER
 
 _HEAD_BYTES = 4096  # where a page's marker and a test's first line are
 _MAX_FAILURE_BYTES = 16 << 20

@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Console
 
 from chaoslight._cli._outputs import check_page
-from chaoslight._cli._report import show_cause_traceback, show_timeline
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
+from chaoslight._report import show_cause_traceback, show_timeline
 from chaoslight._schedule import InvalidArgument
 from chaoslight._search import replay
 from chaoslight._search._failure import Failure, replay_command

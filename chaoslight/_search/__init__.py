@@ -1,4 +1,4 @@
-"""Layer 6, the search: run Hypothesis-generated schedules on a World, judge each run by
+"""Layer 7, the search: run Hypothesis-generated schedules on a World, judge each run by
 the fault-aware oracle, shrink and replay failures, write failure files.
 
 ``fuzz`` is the default search; ``check`` runs a target once with no fault (what a user

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from chaoslight._report import HUNG, PASSED, cause_first
 from chaoslight._schedule import Fault
-from chaoslight._world._outcome import HUNG, PASSED, cause_first
 
 CAUGHT_KINDS = ("oom", "raise")  # the faults that raise in the rank, and can be caught
 

@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from chaoslight._report import ExceptionInfo, Outcome, RankResult
 from chaoslight._runtime._inject import inject
 from chaoslight._schedule._errors import CheckFailed
 from chaoslight._schedule._model import Schedule
 from chaoslight._search._oracle import Verdict, judge
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
 
 
 def run_in_process(

@@ -21,11 +21,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report import CRASHED, FAILED, HUNG, RELEASED, known_issue_block
 from chaoslight._runtime import FIRED
 from chaoslight._schedule import InvalidSchedule, fault_from_text
 from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
 from chaoslight._search._severity import BENIGN, fault_class
-from chaoslight._world._outcome import CRASHED, FAILED, HUNG, RELEASED
 
 Version = tuple[int, ...]
 
@@ -84,14 +84,14 @@ class KnownFinding:
     verdict: Any
 
     def report(self) -> list[str]:
-        return [
-            f"known issue in {self.package} {self.version}: {self.issue.title}",
-            f"  schedule: {self.schedule.to_text()}",
-            f"  evidence: {self.verdict.reason}",
-            f"  signature: {self.issue.signature}",
-            f"  workaround: {self.issue.workaround}",
-            f"  reference: {self.issue.reference}",
-        ]
+        """The known-issue block (``_report/_known.py``)."""
+        issue = self.issue
+        return known_issue_block(
+            f"{self.package} {self.version}: {issue.title}",
+            self.schedule.to_text(),
+            self.verdict.reason,
+            (issue.signature, issue.workaround, issue.reference),
+        )
 
 
 # Lightning's SIGTERM broadcasts (2.5.2-2.6.x), by the file and function that issue them:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, cause_first
 from chaoslight._runtime import FIRED, NEVER_FIRED, Violation
 from chaoslight._schedule import (
     Fault,
@@ -43,7 +44,6 @@ from chaoslight._search._severity import (
     SEVERITY,
     fault_class,
 )
-from chaoslight._world._outcome import CRASHED, FAILED, HUNG, PASSED, RELEASED, cause_first
 
 # Rules, named in verdicts and in docs/explanation/oracle.md.
 NO_FAULT = "no fault fired: the run must pass and every check hold"

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, cause_first
 from chaoslight._runtime import NOTE
 from chaoslight._runtime._preempt import DEFAULT, DELIVERED, LIGHTNING, STOPPED
-from chaoslight._world._outcome import FAILED, HUNG, PASSED, RELEASED, cause_first
 
 PREEMPT_RULE = (
     "a preemption (SIGTERM) was delivered: every rank stops by itself, in time, at the same step"

@@ -1,4 +1,4 @@
-"""Layer 4, the World: a persistent pool of real DDP ranks (gloo, CPU).
+"""Layer 5, the World: a persistent pool of real DDP ranks (gloo, CPU).
 
 ``World`` runs a target in every rank of a gloo process group, example after example,
 and classifies each as passed / failed / hung / crashed. It imports the runtime (each
@@ -8,7 +8,7 @@ checks reach it only through the runtime's check protocol.
 
 from __future__ import annotations
 
-from chaoslight._world._outcome import ExceptionInfo, Outcome, RankResult
+from chaoslight._report import ExceptionInfo, Outcome, RankResult
 from chaoslight._world._pool import World
 
 __all__ = [

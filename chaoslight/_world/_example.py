@@ -23,16 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report import CRASHED, HUNG, ExceptionInfo, RankResult, settle, signal_name
 from chaoslight._runtime._events import FIRED, Event, merge
 from chaoslight._sites import _damage
-from chaoslight._world._outcome import (
-    CRASHED,
-    HUNG,
-    ExceptionInfo,
-    RankResult,
-    settle,
-    signal_name,
-)
 from chaoslight._world._slot import Slot
 from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen, Verdict
 

@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report import FAILED, PASSED, Outcome
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
 from chaoslight._runtime._protocol import judge_check
-from chaoslight._world._outcome import FAILED, PASSED, Outcome
 
 
 class CheckJudgeError(RuntimeError):

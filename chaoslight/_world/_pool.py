@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report import Outcome, overall
 from chaoslight._runtime._inject import ScheduleLike, as_schedule
 from chaoslight._runtime._protocol import as_checks, progress_timeout
 from chaoslight._runtime._resolve import check_runnable
@@ -24,7 +25,6 @@ from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
-from chaoslight._world._outcome import Outcome, overall
 from chaoslight._world._pump import Lost, Messages, pump
 from chaoslight._world._restart import run_with_restarts
 from chaoslight._world._slot import (

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime._events import FIRED, NOTE
 from chaoslight._runtime._preempt import DELIVERED
 from chaoslight._schedule import Fault, Schedule
 from chaoslight._sites._damage import holding
-from chaoslight._world._outcome import PASSED, Outcome
 
 RunOne = Callable[[Schedule, Path], Outcome]
 

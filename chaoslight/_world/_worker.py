@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+from chaoslight._report import ExceptionInfo
 from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
 from chaoslight._runtime._protocol import observed_sites
 from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
 from chaoslight._world._isolation import Baseline
-from chaoslight._world._outcome import ExceptionInfo
 from chaoslight._world._slot import (
     PATH_VARIABLE,
     PRELOAD_VARIABLE,

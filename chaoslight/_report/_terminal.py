@@ -1,20 +1,20 @@
-"""What ``fuzz`` and ``replay`` print about a failure besides its verdict: the timeline (a
-text table when several ranks took part, an HTML page on disk) and one traceback, the
-root cause's. The other ranks' tracebacks go in the HTML page, not on the terminal."""
+"""What the terminal shows of a failure (``fuzz``, ``replay``) besides its verdict: the
+timeline (a text table when several ranks took part, an HTML page on disk) and one
+traceback, the root cause's. The other ranks' tracebacks go in the HTML page."""
 
 from __future__ import annotations
 
 import os
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from chaoslight._report._outcome import Outcome
+from chaoslight._report._status import FAILED, PASSED
+from chaoslight._report._text import ordered_by_cause
 
-from chaoslight._search import replay
-from chaoslight._search._failure import Failure, replay_command
-from chaoslight._world import Outcome, World
-from chaoslight._world._outcome import FAILED, PASSED, ordered_by_cause
+if TYPE_CHECKING:  # rich is imported by the CLI that prints, not by `import chaoslight`
+    from rich.console import Console
 
 # Frames of these folders are plumbing to a user reading why a rank failed.
 _LIBRARIES = tuple(
@@ -49,15 +49,6 @@ def show_timeline(
     if html is not None:
         path = outcome.to_html(html, verdict_text=verdict.reason, replay_command=replay)
         console.print(f"timeline: {path} (open it in a browser: a lane per rank)")
-
-
-def traced_timeline(console: Console, world: World, failure: Failure, out: str) -> None:
-    """Replay a failure once more with tracing on: the text table, the HTML page beside
-    the failure file ``out``."""
-    verdict, outcome = replay(failure, world=world, trace=True)
-    if not verdict.failed:
-        console.print("note: the traced replay passed: its timeline shows a passing run")
-    show_timeline(console, outcome, verdict, html_beside(out), replay_command(out, failure))
 
 
 def show_cause_traceback(console: Console, outcome: Outcome) -> None:

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from html import escape
 
-from chaoslight._world._timeline import (
+from chaoslight._report._timeline import (
     EPOCH,
     FAULT,
     STEP,
