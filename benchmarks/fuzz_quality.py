@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLANTED = ROOT / "examples" / "planted"
 
 import chaoslight  # noqa: E402
+from chaoslight import Settings  # noqa: E402
 from chaoslight._search import Campaign  # noqa: E402
 from chaoslight._search._job import make_job  # noqa: E402
 from chaoslight._search._strategies import schedules  # noqa: E402
@@ -80,10 +81,11 @@ def reach_first(world: World, target: str, budget: int, seed: int) -> Any:
 
 def uniform(world: World, target: str, budget: int, seed: int) -> Any:
     """The search before reach: 12 common sites, steps 0..3, no probes."""
-    job = make_job(target, 2, TIMEOUT, None)
+    job = make_job(target, Settings(timeout=TIMEOUT))
     strategy = schedules(world_size=2, steps=4)
     with job.runner(world) as run:
-        return Campaign(run, strategy, budget, seed, replays=1).execute()
+        settings = Settings(max_examples=budget, seed=seed, replays=1)
+        return Campaign(run, strategy, settings).execute()
 
 
 def main() -> None:

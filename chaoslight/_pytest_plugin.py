@@ -10,7 +10,9 @@ Fixtures:
 Lightning itself causes (a known issue, e.g. its SIGTERM handling) does not fail it but
 is listed once in the session summary, unless ``--chaos-strict``.
 
-Options: ``--chaos-world-size``, ``--chaos-timeout`` (default per-example timeout). The
+Options: ``--chaos-world-size``, ``--chaos-timeout`` (default per-example timeout),
+``--chaos-strict``: with the marker they make one ``chaoslight.Settings`` (``settings_of``),
+with the search's defaults. The
 search itself is Hypothesis's: seed it with Hypothesis's own ``--hypothesis-seed`` and
 size it with a Hypothesis profile (``--hypothesis-profile``); chaoslight sets neither.
 
@@ -36,10 +38,11 @@ from typing import Any
 import pytest
 
 from chaoslight._runtime import as_checks, as_schedule, inject
-from chaoslight._search import judge
+from chaoslight._search import Settings, judge
 from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import Failure, check_specs, replay_command
 from chaoslight._search._known import KnownFinding
+from chaoslight._search._settings import DEFAULT_TIMEOUT_S
 from chaoslight._world import World
 
 FAILURES_DIR = Path(".chaoslight") / "failures"
@@ -49,11 +52,13 @@ HEAD_LINES, TAIL_LINES = 26, 12
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("chaoslight", "chaoslight fault injection")
-    group.addoption("--chaos-world-size", type=int, default=2, help="ranks in chaos_world")
+    group.addoption(
+        "--chaos-world-size", type=int, default=Settings.world_size, help="ranks in chaos_world"
+    )
     group.addoption(
         "--chaos-timeout",
         type=float,
-        default=20.0,
+        default=DEFAULT_TIMEOUT_S,
         help="per-example timeout of chaos_world.run, seconds",
     )
     group.addoption(
@@ -146,23 +151,31 @@ def _chaos_worlds() -> Iterator[dict[int, Any]]:
         world.close()
 
 
+def settings_of(config: pytest.Config, marker: pytest.Mark | None = None) -> Settings:
+    """The one ``Settings`` of the plugin's options, the ``chaos_world`` marker's size first."""
+    size = config.getoption("--chaos-world-size")
+    if marker is not None:
+        size = int(
+            marker.kwargs.get("size", marker.args[0] if marker.args else Settings.world_size)
+        )
+    return Settings(
+        world_size=size,
+        timeout=config.getoption("--chaos-timeout"),
+        strict=config.getoption("chaos_strict"),
+    )
+
+
 @pytest.fixture
 def chaos_world(request: pytest.FixtureRequest, _chaos_worlds: dict[int, Any]) -> RecordingWorld:
     """A session-wide World of ``--chaos-world-size`` ranks (or the marker's size)."""
-    marker = request.node.get_closest_marker("chaos_world")
-    size = (
-        int(marker.kwargs.get("size", marker.args[0] if marker.args else 2))
-        if marker
-        else request.config.getoption("--chaos-world-size")
-    )
+    settings = settings_of(request.config, request.node.get_closest_marker("chaos_world"))
+    size = settings.world_size
     if size not in _chaos_worlds or _chaos_worlds[size].closed:
         _chaos_worlds[size] = World(size=size)
     recorder = request.node.stash.setdefault(_RECORDER, _Recorder())
-    timeout = request.config.getoption("--chaos-timeout")
     tried = request.config.stash.setdefault(_TRIED, [])
-    strict = request.config.getoption("chaos_strict")
-    known = None if strict else request.config.stash.setdefault(_KNOWN, {})
-    return RecordingWorld(_chaos_worlds[size], recorder, timeout, tried, known)
+    known = None if settings.strict else request.config.stash.setdefault(_KNOWN, {})
+    return RecordingWorld(_chaos_worlds[size], recorder, settings.timeout, tried, known)
 
 
 @pytest.fixture
@@ -270,7 +283,7 @@ def _describe(item: pytest.Item, recorder: _Recorder, root: Path, name: str, cut
         recorder.schedule,
         recorder.target,
         recorder.world_size,
-        recorder.timeout or 20.0,
+        recorder.timeout or DEFAULT_TIMEOUT_S,
         check_specs(recorder.checks),
         reason,
     )

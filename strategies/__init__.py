@@ -10,12 +10,8 @@ least 1``) and its docstring says how it shrinks: towards fewer faults, lower ra
 earlier steps, smaller delays and allocations, and the simpler kind.
 """
 
+from chaoslight._search._kinds import DEFAULT_KINDS, IN_PROCESS_KINDS, KINDS
 from chaoslight._search._strategies import (
-    BENIGN_KINDS,
-    DEFAULT_KINDS,
-    HARD_KINDS,
-    IN_PROCESS_KINDS,
-    KINDS,
     allocations,
     corruptions,
     crashes,
@@ -29,9 +25,7 @@ from chaoslight._search._strategies import (
 )
 
 __all__ = [
-    "BENIGN_KINDS",
     "DEFAULT_KINDS",
-    "HARD_KINDS",
     "IN_PROCESS_KINDS",
     "KINDS",
     "allocations",

@@ -9,7 +9,7 @@ from typing import Any
 
 from chaoslight.strategies import schedules
 
-from chaoslight import Schedule
+from chaoslight import Schedule, Settings
 from chaoslight._search import Campaign
 from chaoslight._search._campaign import BASELINE, CLEAN, FAILED, FLAKY, INTERNAL
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
@@ -38,7 +38,8 @@ def has_oom(schedule: Schedule) -> bool:
 
 
 def campaign(runner: Scripted, replays: int = 3) -> Any:
-    return Campaign(runner, STRATEGY, max_examples=200, seed=1, replays=replays).execute()
+    settings = Settings(max_examples=200, seed=1, replays=replays)
+    return Campaign(runner, STRATEGY, settings).execute()
 
 
 def test_the_empty_schedule_runs_first_twice() -> None:
@@ -94,7 +95,7 @@ def test_an_internal_error_stops_the_search_and_is_not_a_finding() -> None:
         verdict = Verdict(broken, "internal error in chaoslight: x", "failed", internal=broken)
         return verdict, None
 
-    result = Campaign(runner, STRATEGY, max_examples=50, seed=1, replays=1).execute()
+    result = Campaign(runner, STRATEGY, Settings(max_examples=50, seed=1, replays=1)).execute()
     assert result.status == INTERNAL and not result.minimal
 
 
@@ -123,9 +124,7 @@ def test_progress_names_each_phase_as_the_campaign_enters_it() -> None:
     Campaign(
         runner,
         STRATEGY,
-        max_examples=200,
-        seed=1,
-        replays=1,
+        Settings(max_examples=200, seed=1, replays=1),
         on_progress=lambda progress: seen.append((progress.phase, progress.examples)),
     ).execute()
     phases = [phase for phase, _ in seen]
@@ -150,10 +149,8 @@ def test_the_result_is_handed_over_before_the_database_records_it(tmp_path: Path
         seen_in_database.append(known_failures(open_database(database, "k", print)))
 
     runner = Scripted(lambda s, n: has_oom(s))
-    result = Campaign(
-        runner, STRATEGY, max_examples=200, seed=1, replays=1, database=database, key="k",
-        on_result=on_result,
-    ).execute()  # fmt: skip
+    settings = Settings(max_examples=200, seed=1, replays=1, database=database)
+    result = Campaign(runner, STRATEGY, settings, key="k", on_result=on_result).execute()
     assert result.status == FAILED and seen_in_database == [[]]
     assert known_failures(open_database(database, "k", print)) == [result.schedule]
 
@@ -169,9 +166,8 @@ def test_max_time_bounds_the_replay_of_the_stored_failures(tmp_path: Path) -> No
         return False
 
     runner = Scripted(slow)
-    result = Campaign(
-        runner, STRATEGY, max_examples=200, seed=1, database=database, key="k", max_time=0.3
-    ).execute()
+    settings = Settings(max_examples=200, seed=1, database=database, max_time=0.3)
+    result = Campaign(runner, STRATEGY, settings, key="k").execute()
     replayed = [s for s, _ in runner.calls if s.faults and (s.faults[0].step or 0) >= 4]
     assert result.status == CLEAN and 0 < len(replayed) <= 6, len(replayed)
 
@@ -199,10 +195,10 @@ def two_bugs(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, None]:
 
 def shard_worker(index: int, database: str) -> Any:
     strategy = schedules(world_size=2, faults=["oom"], reach=REACHED.shard(index, 2))
-    return Campaign(
-        two_bugs, strategy, max_examples=300, seed=index, database=database, key="k",
-        replays=1, shard=(index, 2),
-    ).execute()  # fmt: skip
+    settings = Settings(
+        max_examples=300, seed=index, database=database, replays=1, shard=(index, 2)
+    )
+    return Campaign(two_bugs, strategy, settings, key="k").execute()
 
 
 def test_two_shards_on_a_program_with_two_bugs_report_the_two_bugs(tmp_path: Path) -> None:

@@ -172,7 +172,7 @@ ALL_CHECKS = [
     schedule=schedules(
         world_size=2,
         steps=4,
-        mode="survive",
+        faults=["delay", "reorder", "allocate"],  # the kinds a correct program survives
         max_faults=3,
         sites=[
             "lightning.training_step",

@@ -289,8 +289,8 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
     searched: list[dict[str, Any]] = []
     traced: list[dict[str, Any]] = []
 
-    def search(target: str, **options: Any) -> tuple[Any, Any]:
-        searched.append(options)
+    def search(target: str, settings: Any, **options: Any) -> tuple[Any, Any]:
+        searched.append({**options, "strict": settings.strict})
         result = Result(FAILED, outcome.schedule, verdict, outcome, examples=5)
         return result, chaoslight.Failure(outcome.schedule, target, reason=verdict.reason)
 
@@ -361,8 +361,8 @@ def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
     reruns failing schedules."""
     from chaoslight.strategies import schedules
 
+    from chaoslight import Settings, Verdict
     from chaoslight._search import Campaign
-    from chaoslight._search._oracle import Verdict
 
     failing_runs = 0
 
@@ -373,10 +373,13 @@ def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
         return Verdict(bad, "boom" if bad else "", "failed" if bad else "passed"), None
 
     strategy = schedules(world_size=2, steps=4, faults=["oom", "delay"], max_faults=3)
-    campaign = Campaign(runner, strategy, max_examples=100, seed=2, replays=1)
     counts: list[int] = []
-    campaign.on_progress = lambda progress: counts.append(progress.failures)
-    campaign.execute()
+    Campaign(
+        runner,
+        strategy,
+        Settings(max_examples=100, seed=2, replays=1),
+        on_progress=lambda progress: counts.append(progress.failures),
+    ).execute()
     assert failing_runs > 2 and max(counts) == 1 and counts[-1] == 1
 
 

@@ -71,7 +71,7 @@ def test_a_version_1_file_with_check_names_still_loads(tmp_path: Path) -> None:
         "world_size": 2,
         "timeout": 10.0,
         "checks": ["replicas-in-sync"],
-        "mode": "survive",
+        "mode": "survive",  # the search's removed mode: a key a loader now ignores
         "reason": "r",
         "schedule": Schedule.parse("delay@dist.barrier seconds=0.1").to_dict(),
     }

@@ -109,7 +109,7 @@ def test_an_error_planted_in_chaoslight_is_an_internal_error(
     assert "in _apply" in traceback and "NoneType: None" not in traceback
     verdict = judge(outcome)
     assert verdict.internal and verdict.rule == INTERNAL, verdict.reason
-    assert "raised in chaoslight: _apply" in verdict.reason
+    assert "raised in chaoslight: _apply_oom" in verdict.reason
 
 
 def test_a_deliberate_raise_from_a_renamed_function_is_still_deliberate(

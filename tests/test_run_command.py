@@ -22,6 +22,7 @@ from chaoslight._cli import build_parser, main
 from chaoslight._cli._job import EXIT_TIMEOUT, Job
 from chaoslight._cli._run import DEFAULT_TIMEOUT_S, read_events
 from chaoslight._runtime._autostart import EVENTS_VARIABLE, JOB_VARIABLE
+from chaoslight._runtime._events import EventLog, read_event_log
 
 CLI = [sys.executable, "-m", "chaoslight._cli"]
 TEST_TIMEOUT_S = 120  # every subprocess here ends long before this, or the test fails
@@ -233,6 +234,19 @@ def test_a_truncated_last_event_line_is_skipped_and_counted(tmp_path: Path) -> N
     events, truncated, malformed = read_events(tmp_path)
     assert [e.pid for e in events] == [7, 8]
     assert (truncated, malformed) == (1, 1)
+
+
+def test_a_rank_log_with_a_torn_last_line_yields_its_complete_events(tmp_path: Path) -> None:
+    """The one event-log reader skips a torn last line and counts any other bad line."""
+    log = tmp_path / "rank1.events.jsonl"
+    log.write_text(event_line(1) + "\n" + event_line(2) + "\n" + event_line(3)[:40])
+    read = read_event_log(log)
+    assert [e.pid for e in read.events] == [1, 2]
+    assert (read.truncated, read.malformed) == (1, 0)
+    log.write_text(event_line(1) + "\n{oops\n" + event_line(2) + "\n")
+    read = read_event_log(log)
+    assert [e.pid for e in read.events] == [1, 2] and (read.truncated, read.malformed) == (0, 1)
+    assert read_event_log(tmp_path / "never-written.jsonl") == EventLog()
 
 
 @pytest.mark.slow

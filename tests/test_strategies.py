@@ -6,8 +6,6 @@ from collections.abc import Callable
 
 import pytest
 from chaoslight.strategies import (
-    BENIGN_KINDS,
-    HARD_KINDS,
     allocations,
     delays,
     dropped_syncs,
@@ -17,6 +15,7 @@ from chaoslight.strategies import (
 )
 from hypothesis import HealthCheck, find, given, settings
 
+import chaoslight
 from chaoslight import InvalidArgument, Schedule
 from chaoslight._schedule._catalog import SITES
 from chaoslight._search._minimize import drop_redundant_faults
@@ -75,18 +74,30 @@ def test_in_process_search_refuses_crash_by_name() -> None:
         schedules(faults=["crash"], in_process=True)
 
 
-@FAST
-@given(schedule=schedules(mode="survive"))
-def test_survive_mode_draws_only_benign_faults(schedule: Schedule) -> None:
-    """mode='survive' draws only faults a correct program must tolerate."""
-    assert {f.kind for f in schedule} <= set(BENIGN_KINDS)
+def test_a_search_draws_every_backend_order_and_never_compressed() -> None:
+    """Reorders are drawn among a backend's own orders only: bf16 compression is a
+    configuration the program chooses, so ``order=compressed`` is never drawn."""
+    seen: set[str] = set()
+
+    @settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(schedule=schedules(world_size=3, sites=["dist.all_reduce"], faults=["reorder"]))
+    def draw(schedule: Schedule) -> None:
+        seen.update(fault.order for fault in schedule)  # type: ignore[attr-defined]
+
+    draw()
+    assert seen == {"reversed", "tree", "chunked", "premultiplied"}
 
 
-@FAST
-@given(schedule=schedules(mode="fail-cleanly"))
-def test_fail_cleanly_mode_draws_only_hard_faults(schedule: Schedule) -> None:
-    """mode='fail-cleanly' draws only faults a correct program must turn into an error."""
-    assert {f.kind for f in schedule} <= set(HARD_KINDS)
+def test_schedules_refuse_a_world_a_world_refuses() -> None:
+    """``schedules(world_size=100)`` is refused with the words ``World(size=100)`` uses."""
+    with pytest.raises(InvalidArgument) as world:
+        chaoslight.World(size=100)
+    with pytest.raises(InvalidArgument) as strategy:
+        schedules(world_size=100)
+    assert str(strategy.value) == "world_" + str(world.value)
+    assert str(strategy.value) == (
+        "world_size=100 must be at most 64 (each rank is a process on this machine)"
+    )
 
 
 @FAST
@@ -152,14 +163,16 @@ def test_reorders_only_at_reduction_sites() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: schedules(world_size=0), "world_size=0 must be an int of at least 1"),
+        (lambda: schedules(world_size=0), "world_size=0 must be at least 1"),
+        (lambda: schedules(steps=10**7), "steps=10000000 must be at most"),
+        (lambda: schedules(max_faults=65), "max_faults=65 must be at most 64"),
+        (lambda: allocations(max_bytes=100), "max_bytes=100 must be at least 1024"),
         (lambda: schedules(steps=-1), "steps=-1"),
         (lambda: schedules(max_faults=0), "max_faults=0"),
         (lambda: schedules(sites=["lightning.trainng_step"]), "did you mean"),
         (lambda: schedules(sites=[]), "at least one site"),
         (lambda: schedules(faults=["oomm"]), "'oomm' is not a fault kind"),
-        (lambda: schedules(mode="surviv"), "did you mean 'survive'"),
-        (lambda: schedules(mode="survive", faults=["oom"]), "has no kind that mode='survive'"),
+        (lambda: schedules(faults="oom"), "must be a list of fault kinds"),
         (lambda: one_fault(sites=["torch.save"], faults=["drop_sync"]), "no fault kind"),
         (lambda: delays(max_seconds=0), "max_seconds=0"),
         (lambda: delays(max_seconds=1, resolution=2), "between 2"),

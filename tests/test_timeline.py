@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 import chaoslight
+from chaoslight._report import settle
 from chaoslight._report._timeline import Header, RankEnd, build, render_text
 from chaoslight._runtime import FIRED, Event
 from chaoslight._runtime._trace import ENTER, EXIT
+from chaoslight._schedule._clip import clip
 from chaoslight._world import ExceptionInfo, Outcome, RankResult
 
 EXAMPLE = f"{Path(__file__).resolve().parents[1]}/examples/ddp_train.py:train"
@@ -256,3 +258,21 @@ def test_a_crashed_rank_leaves_its_collective_open(world2: Any, tmp_path: Path) 
     assert "FIRED crash@dist.all_reduce rank=0 step=1" in text
     page = outcome.to_html(tmp_path / "crash.html").read_text()
     assert "never left" in page and "rect class='span c-coll open'" in page
+
+
+def test_a_long_multi_line_error_reads_as_one_clipped_line() -> None:
+    """A rank's 1000-character, multi-line message is one 200-character line ending in …."""
+    message = "first line\n" + "word " * 200
+    error = ExceptionInfo("ValueError", message)
+    ranks = settle([RankResult(0, "passed"), RankResult(1, "failed", error)])
+    line = Outcome("failed", ranks).evidence[1]
+    assert line.startswith("rank 1 raised: ValueError: first line word word") and "\n" not in line
+    assert len(line) == len("rank 1 raised: ") + 200 and line.endswith("…")
+
+
+def test_clip_cuts_with_an_ellipsis_and_may_fold_whitespace() -> None:
+    """Text within the limit is kept as is; longer text ends in …; one_line folds spaces."""
+    assert clip("abcdef", 6) == "abcdef"
+    assert clip("abcdefg", 6) == "abcde…"
+    assert clip("a\n  b\tc ", 5) == "a\n  …"
+    assert clip("a\n  b\tc ", 5, one_line=True) == "a b c"

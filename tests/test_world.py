@@ -292,6 +292,34 @@ def test_killed_rank_is_crashed_and_the_other_released(world: World) -> None:
     assert world.run(EXAMPLE, timeout=TIMEOUT).passed  # a warm spare took rank 1's place
 
 
+TORN_LOG = """
+import os, pathlib, signal
+import torch.distributed as dist
+
+def torn():
+    dist.barrier()
+    if dist.get_rank() == 1:  # as if SIGKILLed while writing an event: half a line
+        log = pathlib.Path.cwd().parent / "rank1.events.jsonl"
+        if not log.is_file():  # the rank's own log, which holds the Delay's event
+            raise FileNotFoundError(log)
+        with open(log, "a") as file:
+            file.write('{"kind": "fired", "si')
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_log_cut_mid_line_by_a_kill_yields_its_complete_events(
+    world: World, tmp_path: Path
+) -> None:
+    """Rank 1 dies mid-line in its event log: the outcome has its events, and no note."""
+    (tmp_path / "torn.py").write_text(TORN_LOG)
+    delay = chaoslight.Delay(site="dist.barrier", rank=1, seconds=0.01)
+    outcome = world.run(f"{tmp_path}/torn.py:torn", chaoslight.Schedule([delay]), timeout=30)
+    assert outcome.status == "crashed", outcome.report()
+    assert [(e.kind, e.rank, e.site) for e in outcome.events] == [("fired", 1, "dist.barrier")]
+
+
 @pytest.mark.slow
 def test_a_messy_target_does_not_poison_the_next_example(world: World) -> None:
     """Destroyed group, dtype, threads, cwd, files, env (WORLD_SIZE too), RNG, signal
@@ -435,7 +463,7 @@ def test_a_reaped_worker_is_sent_no_signal(tmp_path: Path, monkeypatch: pytest.M
     sent: list[int] = []
     monkeypatch.setattr(os, "killpg", lambda pid, signum: sent.append(pid))
     monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append(pid))
-    slot.signal()
+    slot.kill()
     slot.close()
     assert sent == [] and slot.dead
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._runtime._inject import active
-from chaoslight._schedule._errors import InvalidArgument
-from chaoslight._schedule._validate import check_tolerance
+from chaoslight._schedule._validate import check_bool, check_tolerance
 
 
 def quietly() -> Any:
@@ -109,9 +108,7 @@ class ReplicasInSync(Check):
 
     def __init__(self, atol: float = 0.0, buffers: bool = False) -> None:
         self.atol = check_tolerance("atol", atol)
-        if not isinstance(buffers, bool):
-            raise InvalidArgument(f"buffers={buffers!r} must be True or False")
-        self.buffers = buffers
+        self.buffers = check_bool("buffers", buffers)
 
     def observer(self) -> Any:
         check = self

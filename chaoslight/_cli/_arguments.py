@@ -16,37 +16,18 @@ from typing import Any
 from chaoslight._cli._usage import UsageError
 from chaoslight._schedule._errors import InvalidArgument
 from chaoslight._schedule._validate import (
-    FAULTS_WHY,
-    MAX_EXAMPLES,
-    MAX_FAULTS,
-    MAX_REPLAYS,
-    MAX_STEPS,
-    RUNS_WHY,
-    STEPS_WHY,
-    check_bounded_int,
     check_directory,
     check_output_file,
-    check_seconds,
-    check_world_size,
     read_text_file,
 )
-from chaoslight._search import DEFAULT_CHECKS
+from chaoslight._search import DEFAULT_CHECKS, Settings
 from chaoslight._search._database import check_database, is_url
-
-
-def _bounded(minimum: int, maximum: int, why: str) -> Callable[[str, Any], Any]:
-    return lambda name, value: check_bounded_int(name, value, minimum, maximum, why)
-
+from chaoslight._search._settings import DEFAULT_TIMEOUT_S, NUMBER_CHECKS, SETTINGS
 
 # Argument name -> its check; an argument a command does not have, or left at None, is skipped.
+# A search's numbers are checked as ``Settings`` checks them, named as the flag is spelt.
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "world_size": check_world_size,
-    "max_examples": _bounded(1, MAX_EXAMPLES, RUNS_WHY),
-    "replays": _bounded(0, MAX_REPLAYS, RUNS_WHY),
-    "steps": _bounded(1, MAX_STEPS, STEPS_WHY),
-    "max_faults": _bounded(1, MAX_FAULTS, FAULTS_WHY),
-    "timeout": check_seconds,
-    "max_time": check_seconds,
+    **NUMBER_CHECKS,
     "database": lambda name, value: (
         is_url(check_database(name, value) or "") or check_directory(name, value)
     ),
@@ -70,18 +51,19 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
 
 
-def add_world_options(parser: argparse.ArgumentParser, world_size: int, timeout: float) -> None:
+def add_world_options(parser: argparse.ArgumentParser) -> None:
+    """--world-size, --timeout, --check and --no-check, with a search's defaults."""
     parser.add_argument(
         "--world-size",
         type=int,
-        default=world_size,
+        default=Settings.world_size,
         metavar="N",
         help="ranks, each a process on this machine",
     )
     parser.add_argument(
         "--timeout",
         type=float,
-        default=timeout,
+        default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help="seconds a rank may go without progress before it counts as hung",
     )
@@ -112,3 +94,30 @@ def chosen_checks(args: argparse.Namespace) -> list[str]:
         )
     chosen = [name for name in DEFAULT_CHECKS if name not in args.no_check]
     return chosen + [name for name in args.check if name not in chosen]
+
+
+def _split(value: str | None) -> list[str] | None:
+    return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise InvalidArgument(f"--shard={value} must be I/N with 0 <= I < N, e.g. 0/4")
+    return int(index), int(count)
+
+
+# How an option's text becomes a setting, where argparse's value is not the setting already.
+_FROM_TEXT: dict[str, Callable[[Any], Any]] = {"faults": _split, "sites": _split, "shard": _shard}
+
+
+def search_settings(args: argparse.Namespace) -> Settings:
+    """The one ``Settings`` of a command's options (those it has; the rest keep their
+    defaults), the checks as ``chosen_checks`` makes them."""
+    given = {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
+    for name, convert in _FROM_TEXT.items():
+        if name in given:
+            given[name] = convert(given[name])
+    return Settings(**{**given, "checks": chosen_checks(args)})

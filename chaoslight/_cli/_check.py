@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from chaoslight._cli._arguments import add_world_options, chosen_checks
+from chaoslight._cli._arguments import add_world_options, search_settings
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._search import check
 
@@ -18,13 +18,12 @@ def add_command(commands: Any) -> None:
         "check", help="run TARGET once with no fault and the default checks"
     )
     check_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
-    add_world_options(check_parser, world_size=2, timeout=20.0)
+    add_world_options(check_parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    verdict, outcome = check(
-        args.target, world_size=args.world_size, checks=chosen_checks(args), timeout=args.timeout
-    )
+    settings = search_settings(args)
+    verdict, outcome = check(args.target, settings)
     console = Console(highlight=False, soft_wrap=True, markup=False)
     if verdict.internal:
         console.print(f"chaoslight check: INTERNAL ERROR of chaoslight: {verdict.reason}")
@@ -34,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"failure: {verdict.reason}")
         return EXIT_FOUND
     console.print(
-        f"chaoslight check: {args.target} passes on {args.world_size} ranks with no fault "
-        f"({outcome.wall_s:.1f} s; checks: {', '.join(chosen_checks(args))})"
+        f"chaoslight check: {args.target} passes on {settings.world_size} ranks with no fault "
+        f"({outcome.wall_s:.1f} s; checks: {', '.join(settings.checks)})"
     )
     return EXIT_CLEAN

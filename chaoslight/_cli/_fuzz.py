@@ -9,21 +9,19 @@ not start.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.console import Console
 
-from chaoslight._cli._arguments import add_world_options, chosen_checks
+from chaoslight._cli._arguments import add_world_options, search_settings
 from chaoslight._cli._outputs import Outputs
 from chaoslight._cli._progress import Display
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._report import html_beside, show_timeline
-from chaoslight._schedule import InvalidArgument
-from chaoslight._search import DEFAULT_CHECKS, fuzz, replay
+from chaoslight._search import DEFAULT_CHECKS, Settings, fuzz, replay
 from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
-from chaoslight._search._strategies import DEFAULT_KINDS, MODES
+from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._world import World
 
 
@@ -37,7 +35,7 @@ def add_command(commands: Any) -> None:
         "found; 1: a failure; 2: usage error; 3: internal error of chaoslight.",
     )
     fuzz_parser.add_argument("target", help="path/file.py:function or pkg.module:function")
-    add_world_options(fuzz_parser, world_size=2, timeout=20.0)
+    add_world_options(fuzz_parser)
     _search_options(fuzz_parser.add_argument_group("search"))
     out = fuzz_parser.add_argument_group("output")
     out.add_argument(
@@ -69,7 +67,11 @@ def add_command(commands: Any) -> None:
 
 def _search_options(search: Any) -> None:
     search.add_argument(
-        "--max-examples", type=int, default=100, metavar="N", help="schedules to try at most"
+        "--max-examples",
+        type=int,
+        default=Settings.max_examples,
+        metavar="N",
+        help="schedules to try at most",
     )
     search.add_argument(
         "--faults",
@@ -86,10 +88,11 @@ def _search_options(search: Any) -> None:
     search.add_argument(
         "--steps",
         type=int,
-        default=4,
+        default=Settings.steps,
         metavar="N",
         help="faults target steps 0..STEPS-1 when the baseline run records no reach; "
-        "otherwise faults go where the baseline run went, over its whole run (default: 4)",
+        "otherwise faults go where the baseline run went, over its whole run "
+        "(default: %(default)s)",
     )
     search.add_argument(
         "--max-time",
@@ -107,7 +110,11 @@ def _search_options(search: Any) -> None:
         "the --database failures in it (workers sharing --database; default: all of it)",
     )
     search.add_argument(
-        "--max-faults", type=int, default=3, metavar="N", help="most faults in one schedule"
+        "--max-faults",
+        type=int,
+        default=Settings.max_faults,
+        metavar="N",
+        help="most faults in one schedule",
     )
     search.add_argument(
         "--seed",
@@ -117,16 +124,9 @@ def _search_options(search: Any) -> None:
         help="Hypothesis seed, for a search that repeats exactly (default: a random one)",
     )
     search.add_argument(
-        "--mode",
-        choices=tuple(MODES),
-        default=None,
-        help="deprecated: a filter of fault kinds (survive: benign kinds; fail-cleanly: "
-        "hard; default: no filter)",
-    )
-    search.add_argument(
         "--replays",
         type=int,
-        default=3,
+        default=Settings.replays,
         metavar="N",
         help="replays of a found failure, the first in a fresh World, to tell a flaky one",
     )
@@ -139,65 +139,21 @@ def _search_options(search: Any) -> None:
     )
 
 
-def _split(value: str | None) -> list[str] | None:
-    return None if value is None else [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _shard(value: str | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    index, _, count = value.partition("/")
-    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
-        raise InvalidArgument(f"--shard={value} must be I/N with 0 <= I < N, e.g. 0/4")
-    return int(index), int(count)
-
-
-def _kinds(args: argparse.Namespace) -> list[str] | None:
-    kinds = _split(args.faults)
-    if args.mode is None:
-        return kinds
-    allowed = MODES[args.mode]
-    kept = [k for k in (kinds or allowed) if k in allowed]
-    if not kept:
-        raise InvalidArgument(
-            f"--faults {args.faults} has no kind that mode={args.mode!r} draws "
-            f"({', '.join(allowed)})"
-        )
-    print(
-        f"chaoslight: --mode is deprecated: every run is judged by the oracle; "
-        f"--mode {args.mode} now only keeps the kinds {', '.join(allowed)}",
-        file=sys.stderr,
-    )
-    return kept
-
-
 def fuzz_command(args: argparse.Namespace) -> int:
     outputs = Outputs(args)  # checked now: never a user's file overwritten at the end
+    settings = search_settings(args)  # checked now too: a bad kind or site starts no World
     # One World for the search and the traced replay that draws the timeline.
-    with World(size=args.world_size) as world:
-        return _fuzz(args, world, outputs)
+    with World(size=settings.world_size) as world:
+        return _fuzz(args, settings, world, outputs)
 
 
-def _fuzz(args: argparse.Namespace, world: World, outputs: Outputs) -> int:
+def _fuzz(args: argparse.Namespace, settings: Settings, world: World, outputs: Outputs) -> int:
     console = Console(highlight=False, soft_wrap=True, markup=False)
     result, failure = fuzz(
         args.target,
-        world_size=args.world_size,
-        checks=chosen_checks(args),
-        faults=_kinds(args),
-        sites=_split(args.sites),
-        steps=args.steps,
-        max_faults=args.max_faults,
-        max_examples=args.max_examples,
-        seed=args.seed,
-        timeout=args.timeout,
-        replays=args.replays,
-        database=args.database,
-        max_time=args.max_time,
-        shard=_shard(args.shard),
-        display=Display(f"{args.target} (world size {args.world_size})"),
+        settings,
+        display=Display(f"{args.target} (world size {settings.world_size})"),
         world=world,
-        strict=args.strict,
         on_failure=lambda found: found.save(outputs.failure_file()),  # before the database
     )
     for finding in result.known:

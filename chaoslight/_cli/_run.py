@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import linecache
 import os
 import secrets
@@ -36,7 +35,7 @@ from chaoslight._runtime._autostart import (
     SCHEDULE_VARIABLE,
 )
 from chaoslight._runtime._dumps import innermost_user_frame, main_thread_frames, remove_empty_dumps
-from chaoslight._runtime._events import Event, merge, render_report
+from chaoslight._runtime._events import Event, merge, read_event_log, render_report
 from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._model import Schedule
 from chaoslight._sites._damage import make_ledger, settle
@@ -192,23 +191,13 @@ def _environment(schedule: Schedule, scratch: Path, events_dir: Path) -> dict[st
 def read_events(events_dir: Path, job: str | None = None) -> tuple[list[Event], int, int]:
     """Every process's events from ``events-PID-JOB.jsonl`` (job ``job``; every job's with
     None), merged by time; and how many lines were skipped: truncated (a process killed
-    mid-write) and otherwise malformed."""
-    events: list[Event] = []
-    truncated = malformed = 0
-    for path in sorted(events_dir.glob(f"events-*-{job}.jsonl" if job else "events-*.jsonl")):
-        text = path.read_bytes().decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        for number, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                events.append(Event.from_dict(json.loads(line)))
-            except (ValueError, TypeError):
-                if number == len(lines) - 1:  # no newline after it: cut short
-                    truncated += 1
-                else:
-                    malformed += 1
-    return merge(events), truncated, malformed
+    mid-write) and otherwise malformed (``read_event_log``)."""
+    logs = [
+        read_event_log(path)
+        for path in sorted(events_dir.glob(f"events-*-{job}.jsonl" if job else "events-*.jsonl"))
+    ]
+    events = merge(event for log in logs for event in log.events)
+    return events, sum(log.truncated for log in logs), sum(log.malformed for log in logs)
 
 
 def read_unarmed(events_dir: Path, job: str) -> list[str]:

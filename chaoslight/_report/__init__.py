@@ -20,6 +20,7 @@ from chaoslight._report._status import (
     RANK_STATUSES,
     RELEASED,
     STATUSES,
+    Status,
 )
 from chaoslight._report._terminal import html_beside, show_cause_traceback, show_timeline
 from chaoslight._report._text import cause_first, signal_name
@@ -37,6 +38,7 @@ __all__ = [
     "ExceptionInfo",
     "Outcome",
     "RankResult",
+    "Status",
     "cause_first",
     "html_beside",
     "known_issue_block",

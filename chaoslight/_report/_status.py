@@ -5,6 +5,29 @@ another rank failed, hung or died is ``released``: it was let go, it is not the 
 
 from __future__ import annotations
 
-PASSED, FAILED, HUNG, CRASHED, RELEASED = "passed", "failed", "hung", "crashed", "released"
-STATUSES = (PASSED, FAILED, HUNG, CRASHED)
-RANK_STATUSES = (PASSED, FAILED, RELEASED, HUNG, CRASHED)
+from enum import Enum
+
+
+class Status(str, Enum):
+    """How an example, or one rank of it, ended. A ``str``: it equals, hashes, prints and
+    serialises as its value (``"hung"``), so files and messages read as before."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    HUNG = "hung"
+    CRASHED = "crashed"
+    RELEASED = "released"  # a rank only: let go by a peer's failure, not the cause
+
+    def __str__(self) -> str:
+        return self.value
+
+
+PASSED, FAILED, HUNG, CRASHED, RELEASED = (
+    Status.PASSED,
+    Status.FAILED,
+    Status.HUNG,
+    Status.CRASHED,
+    Status.RELEASED,
+)
+STATUSES = (PASSED, FAILED, HUNG, CRASHED)  # an example's
+RANK_STATUSES = (PASSED, FAILED, RELEASED, HUNG, CRASHED)  # a rank's

@@ -12,6 +12,7 @@ from chaoslight._report._timeline import RankEnd
 from chaoslight._runtime._events import Event
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._trace import SPAN_KINDS
+from chaoslight._schedule._clip import clip
 
 
 class ExampleRecord(Protocol):
@@ -61,7 +62,7 @@ def ordered_by_cause(ranks: tuple[RankResult, ...]) -> list[RankResult]:
     hung in a collective of the program's own first), then consequences (ranks released
     by a peer), then ranks that passed. A hung rank's end is when it was killed, which
     says nothing of the cause."""
-    groups = {FAILED: 0, CRASHED: 0, HUNG: 1, RELEASED: 2}
+    groups: dict[str, int] = {FAILED: 0, CRASHED: 0, HUNG: 1, RELEASED: 2}
 
     def key(result: RankResult) -> tuple[int, int, float, int]:
         group = groups.get(result.status, 3)
@@ -87,12 +88,13 @@ def cause_first(outcome: ExampleRecord, skip_rank: int | None = None) -> str:
 def rank_end(result: RankResult) -> RankEnd:
     """How a rank's lane of the timeline ends: a short label and the evidence line."""
     exc = result.exception
-    short = {
+    labels: dict[str, str] = {
         PASSED: "returned",
         FAILED: f"raised {exc.type if exc else '?'}",
         RELEASED: f"released ({exc.type if exc else '?'})",
         HUNG: "hung",
-    }.get(result.status, "crashed")
+    }
+    short = labels.get(result.status, "crashed")
     if result.status == CRASHED:
         short = (
             f"crashed: {signal_name(result.signal)}"
@@ -124,9 +126,4 @@ def describe(result: RankResult) -> str:
         )
         return f"rank {result.rank} crashed: {how}"
     verb = "was released" if result.status == RELEASED else "raised"
-    return f"rank {result.rank} {verb}: {_one_line(str(result.exception))}"
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return f"rank {result.rank} {verb}: {clip(str(result.exception), 200, one_line=True)}"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from chaoslight._runtime._events import FIRED, NEVER_FIRED, SURFACED, Event
 from chaoslight._runtime._trace import ENTER, EXIT
+from chaoslight._schedule._clip import clip
 
 FAULT, STEP, EPOCH = "fault", "step", "epoch"
 EPOCH_SITE = "lightning.on_train_epoch_start"
@@ -242,7 +243,7 @@ def render_text(timeline: Timeline, head: int = HEAD_ROWS, tail: int = TAIL_ROWS
             continue
         cells = [""] * len(lanes)
         for rank, text in row[1].items():
-            cells[columns[rank]] = _clip(text, width - 2)
+            cells[columns[rank]] = clip(text, width - 2, one_line=True)
         lines.append(f"{row[0]:>9.4f}  " + "".join(f"{c:<{width}}" for c in cells).rstrip())
     if timeline.wavefront is not None:
         lines.append(timeline.wavefront.line())
@@ -302,11 +303,6 @@ def _how(span: Span) -> str:
 
 def _mark_text(mark: Mark) -> str:
     return f"FIRED {mark.text}" if mark.kind == FAULT else mark.text
-
-
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _duration(seconds: float) -> str:

@@ -26,6 +26,7 @@ from chaoslight._report._timeline import (
     Timeline,
     render_text,
 )
+from chaoslight._schedule._clip import clip
 
 WIDTH, LEFT, RIGHT = 1200.0, 96.0, 190.0  # SVG units: lane labels left, ends right
 AXIS_H, MARK_H, ROW_H, GAP = 26.0, 28.0, 14.0, 12.0  # marks: faults above, steps below
@@ -234,7 +235,7 @@ def _lane(timeline: Timeline, lane: Lane, y: float, height: float, scale: float)
     )
     out.append(
         f"<text class='end end-{escape(end.status)}' x='{WIDTH - RIGHT + 8:.0f}' "
-        f"y='{y + 14:.1f}'>{escape(_clip(end.short, 30))}<title>{escape(end.line)}</title></text>"
+        f"y='{y + 14:.1f}'>{escape(clip(end.short, 30))}<title>{escape(end.line)}</title></text>"
     )
     out.append("</g>")
     return "\n".join(out)
@@ -373,7 +374,3 @@ def _colour(site: str) -> str:
     if site in IO:
         return "c-io"
     return "c-hook" if site.startswith("lightning.") else "c-other"
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"

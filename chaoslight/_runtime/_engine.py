@@ -13,6 +13,8 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
@@ -22,6 +24,7 @@ from chaoslight._runtime._memory import MemoryLedger, simulated_oom
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
 from chaoslight._runtime._resolve import check_allocation_memory, exception_classes
+from chaoslight._runtime._threads import Internal, PerThread, Progress
 from chaoslight._schedule._faults import (
     OOM,
     Allocate,
@@ -41,9 +44,20 @@ from chaoslight._sites._reorder import NATURAL
 # Steps remembered per site: what a never-fired fault's note says, and the reach a search
 # records in its baseline run to draw only (site, step) points that really happen.
 MAX_STEPS_SEEN = 512
-_ABORTING = (OOM, Raise, Crash)
 
-Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
+
+@dataclass
+class Firing:
+    """The faults that fire at one site call, the order every rank sums in there (a
+    reorder on any rank), and what their actions ask of the wrapped call: skip it, or
+    poison its result with these values."""
+
+    rank: int
+    step: int | None
+    faults: list[Fault] = field(default_factory=list)
+    reorder: str | None = None
+    skip: bool = False
+    poison: list[float] = field(default_factory=list)
 
 
 class Engine:
@@ -88,7 +102,7 @@ class Engine:
         self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
-        self._local = _PerThread(self._stacks)
+        self._local = PerThread(self._stacks)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
         self.notices = Notices(self.record)
         self.tracer: Any = None  # a _trace.Tracer under inject(trace=True)
@@ -109,12 +123,17 @@ class Engine:
     def trainer(self) -> Any:
         return self._trainer() if self._trainer is not None else None
 
+    @property
+    def ran_a_trainer(self) -> bool:
+        """Whether a Trainer ran in this process (a launcher's own process trains none)."""
+        return self._trainer is not None
+
     def step(self) -> int | None:
         return step_of(self.trainer)
 
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
-        return _Internal(self._local)
+        return Internal(self._local)
 
     @property
     def in_progress(self) -> list[Progress]:
@@ -146,16 +165,16 @@ class Engine:
             if self.ledger.holds:
                 self._release_due(rank, step)
             call = self._count(site, rank, step)
-            firing, reorder = self._match(site, rank, step) if site in self.by_site else ([], None)
+            firing = self._match(site, rank, step) if site in self.by_site else None
         local.inside.add(site)
         local.stack.append((site, call, step))
         self.last_activity = time.monotonic()  # a watchdog reads these two
         try:
             if self.tracer is not None:
                 self.tracer.enter(site, rank, step, call)
-            if not firing and reorder is None:
+            if firing is None or (not firing.faults and firing.reorder is None):
                 return wrapped(*args, **kwargs)
-            return self._fire(site, rank, step, firing, reorder, wrapped, args, kwargs, behaviour)
+            return self._fire(site, firing, wrapped, args, kwargs, behaviour)
         finally:
             local.inside.discard(site)
             local.stack.pop()
@@ -174,9 +193,8 @@ class Engine:
             seen.append(step)
         return self.calls[site]
 
-    def _match(self, site: str, rank: int, step: int | None) -> tuple[list[Fault], str | None]:
-        firing: list[Fault] = []
-        reorder: str | None = None
+    def _match(self, site: str, rank: int, step: int | None) -> Firing:
+        firing = Firing(rank, step)
         for index, fault in self.by_site.get(site, ()):
             if fault.step is not None and fault.step != step:
                 continue
@@ -188,25 +206,22 @@ class Engine:
             if isinstance(fault, ReorderReduction):
                 # Every rank must run the same collective: untargeted ranks sum in rank order.
                 on_rank = fault.rank is None or fault.rank == rank
-                if on_rank or reorder is None:
-                    reorder = fault.order if on_rank else NATURAL
+                if on_rank or firing.reorder is None:
+                    firing.reorder = fault.order if on_rank else NATURAL
                 self.fired[index] += 1
                 if on_rank:
-                    firing.append(fault)
+                    firing.faults.append(fault)
                 continue
             if fault.rank is not None and fault.rank != rank:
                 continue
             self.fired[index] += 1
-            firing.append(fault)
-        return firing, reorder
+            firing.faults.append(fault)
+        return firing
 
     def _fire(
         self,
         site: str,
-        rank: int,
-        step: int | None,
-        faults: list[Fault],
-        reorder: str | None,
+        firing: Firing,
         wrapped: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -214,66 +229,39 @@ class Engine:
     ) -> Any:
         __tracebackhide__ = True
         call = self._local.stack[-1][1]
-        skip = False
-        for fault in faults:
-            self.record(FIRED, site, rank, step, str(fault), call)
-            aborting = isinstance(fault, _ABORTING) and not (
-                isinstance(fault, OOM) and fault.deferred
-            )
-            if aborting and behaviour.before_abort is not None:
+        for fault in firing.faults:
+            self.record(FIRED, site, firing.rank, firing.step, str(fault), call)
+            if fault.aborts() and behaviour.before_abort is not None:
                 with self.internal():
                     behaviour.before_abort(wrapped, args, kwargs)
-            skip = self._apply(fault, rank, step) or skip
-        return self._call_through(faults, skip, reorder, wrapped, args, kwargs, behaviour)
+            self._apply(fault, firing)
+        return self._call_through(firing, wrapped, args, kwargs, behaviour)
 
-    def _apply(self, fault: Fault, rank: int, step: int | None) -> bool:
-        """Do what ``fault`` does before the call; True when the call is to be skipped."""
+    def _apply(self, fault: Fault, firing: Firing) -> None:
+        """Do what ``fault`` does before the call: its kind's action (``ACTIONS``)."""
         __tracebackhide__ = True
-        if isinstance(fault, Delay):
-            time.sleep(fault.seconds)
-        elif isinstance(fault, OOM):
-            error = simulated_oom(fault.nbytes, rank, str(fault))
-            if not fault.deferred:
-                raise error
-            self.pending_oom = error
-        elif isinstance(fault, Allocate):
-            self._allocate(fault, step)
-        elif isinstance(fault, Raise):
-            raise mark(self.exceptions[fault.exception](*fault.args))
-        elif isinstance(fault, Crash):
-            # Every event is already flushed to the kernel; the log stays open, so a rank
-            # that survives the signal (a SIGTERM handler) keeps recording.
-            try:
-                os.kill(os.getpid(), fault.signal)
-            except BaseException as raised:  # what a handler of our signal raised, at once
-                mark(raised)
-                raise
-        elif isinstance(fault, Preempt):
-            self.notices.deliver(fault, rank, step)
-        return isinstance(fault, DropSync)
+        ACTIONS[type(fault)](self, fault, firing)
 
     def _call_through(
         self,
-        faults: list[Fault],
-        skip: bool,
-        reorder: str | None,
+        firing: Firing,
         wrapped: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         behaviour: Behaviour,
     ) -> Any:
         """The wrapped call as the faults leave it: skipped, reordered, or poisoned after."""
-        if skip and behaviour.skip is not None:
+        if firing.skip and behaviour.skip is not None:
             with self.internal():
                 return behaviour.skip(args, kwargs)
-        if reorder is not None and behaviour.reduce is not None:
+        if firing.reorder is not None and behaviour.reduce is not None:
             with self.internal():
-                result = behaviour.reduce(wrapped, args, kwargs, reorder)
+                result = behaviour.reduce(wrapped, args, kwargs, firing.reorder)
         else:
             result = wrapped(*args, **kwargs)
-        for fault in faults:
-            if isinstance(fault, Corrupt) and behaviour.poison is not None:
-                result = behaviour.poison(result, args, kwargs, float(fault.value))
+        for value in firing.poison:
+            if behaviour.poison is not None:
+                result = behaviour.poison(result, args, kwargs, value)
         return result
 
     def _allocate(self, fault: Allocate, step: int | None) -> None:
@@ -332,7 +320,7 @@ class Engine:
             self.pending_oom = None
         self.notices.close()
         note_never_fired(self)
-        if self._trainer is not None and preempts(self.schedule):
+        if self.ran_a_trainer and preempts(self.schedule):
             note_stop(
                 self.record, current_rank(self.environment_rank), self.steps_seen.get(STEP_SITE)
             )
@@ -346,29 +334,68 @@ class Engine:
                 self._sink = None
 
 
-class _PerThread(threading.local):
-    """One thread's view: how deep it is in chaoslight's own calls (``depth``), the sites
-    it is inside (``inside``) and their entries (``stack``, outermost first).
-
-    ``depth`` is a class default, as a missing attribute costs an exception on every
-    lookup; the others are made per thread, and the stack registered by thread ident so
-    that another thread (a watchdog) can read it.
-    """
-
-    depth = 0
-
-    def __init__(self, stacks: dict[int, list[Progress]]) -> None:
-        self.inside: set[str] = set()
-        self.stack: list[Progress] = []
-        stacks[threading.get_ident()] = self.stack
+# What each kind does when it fires, before the wrapped call: one entry per fault class
+# (a new kind adds its own). Named ``_apply_<kind>``: a traceback reads as the engine
+# applying that fault.
+Action = Callable[[Engine, Any, Firing], None]
 
 
-class _Internal:
-    def __init__(self, local: threading.local) -> None:
-        self.local = local
+def _apply_delay(engine: Engine, fault: Delay, firing: Firing) -> None:
+    time.sleep(fault.seconds)
 
-    def __enter__(self) -> None:
-        self.local.depth = getattr(self.local, "depth", 0) + 1
 
-    def __exit__(self, *exc: object) -> None:
-        self.local.depth -= 1
+def _apply_oom(engine: Engine, fault: OOM, firing: Firing) -> None:
+    __tracebackhide__ = True
+    error = simulated_oom(fault.nbytes, firing.rank, str(fault))
+    if fault.aborts():
+        raise error
+    engine.pending_oom = error  # CUDA reports it late: at the next sync point
+
+
+def _apply_allocate(engine: Engine, fault: Allocate, firing: Firing) -> None:
+    engine._allocate(fault, firing.step)
+
+
+def _apply_drop_sync(engine: Engine, fault: DropSync, firing: Firing) -> None:
+    firing.skip = True
+
+
+def _apply_reorder(engine: Engine, fault: ReorderReduction, firing: Firing) -> None:
+    """Nothing before the call: ``_match`` chose the order every rank sums in."""
+
+
+def _apply_raise(engine: Engine, fault: Raise, firing: Firing) -> None:
+    __tracebackhide__ = True
+    raise mark(engine.exceptions[fault.exception](*fault.args))
+
+
+def _apply_corrupt(engine: Engine, fault: Corrupt, firing: Firing) -> None:
+    firing.poison.append(float(fault.value))
+
+
+def _apply_crash(engine: Engine, fault: Crash, firing: Firing) -> None:
+    __tracebackhide__ = True
+    # Every event is already flushed to the kernel; the log stays open, so a rank that
+    # survives the signal (a SIGTERM handler) keeps recording.
+    try:
+        os.kill(os.getpid(), fault.signal)
+    except BaseException as raised:  # what a handler of our signal raised, at once
+        mark(raised)
+        raise
+
+
+def _apply_preempt(engine: Engine, fault: Preempt, firing: Firing) -> None:
+    engine.notices.deliver(fault, firing.rank, firing.step)
+
+
+ACTIONS: dict[type[Fault], Action] = {
+    Delay: _apply_delay,
+    OOM: _apply_oom,
+    Allocate: _apply_allocate,
+    DropSync: _apply_drop_sync,
+    ReorderReduction: _apply_reorder,
+    Raise: _apply_raise,
+    Corrupt: _apply_corrupt,
+    Crash: _apply_crash,
+    Preempt: _apply_preempt,
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -57,6 +58,45 @@ def to_jsonl(events: Iterable[Event]) -> str:
 
 def from_jsonl(text: str) -> list[Event]:
     return [Event.from_dict(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class EventLog:
+    """One process's event log as read: its events, and the lines that were not events.
+
+    ``truncated`` (0 or 1) is a last line cut short: the process was killed while it
+    wrote (a rank SIGKILLed by a crash fault or by the World), which is expected.
+    ``malformed`` counts every other line that is not an event, which is not expected:
+    whoever reads the log says so (it is never dropped silently)."""
+
+    events: tuple[Event, ...] = ()
+    truncated: int = 0
+    malformed: int = 0
+
+
+def read_event_log(path: str | os.PathLike[str]) -> EventLog:
+    """The event log at ``path`` (an ``events_file`` of ``inject``); a missing file is an
+    empty log (the process recorded nothing). Every event is written as one whole line
+    ending in a newline, so only the text after the last newline can be cut short."""
+    try:
+        with open(path, "rb") as file:
+            text = file.read().decode("utf-8", errors="replace")  # a cut may split a character
+    except FileNotFoundError:
+        return EventLog()
+    events: list[Event] = []
+    truncated = malformed = 0
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            events.append(Event.from_dict(json.loads(line)))
+        except (ValueError, TypeError):
+            if number == len(lines) - 1:  # no newline after it: cut short
+                truncated += 1
+            else:
+                malformed += 1
+    return EventLog(tuple(events), truncated, malformed)
 
 
 def render_report(events: list[Event], reached: Counter[tuple[str, int]]) -> str:

@@ -22,8 +22,9 @@ from chaoslight._schedule._errors import (
     InvalidArgument,
     InvalidSchedule,
 )
-from chaoslight._schedule._faults import OOM, Crash, Fault, Preempt
+from chaoslight._schedule._faults import OOM, Fault
 from chaoslight._schedule._model import Schedule
+from chaoslight._schedule._validate import check_bool
 from chaoslight._sites import _damage
 
 _LOCK = threading.Lock()
@@ -50,10 +51,10 @@ def as_schedule(schedule: ScheduleLike) -> Schedule:
 
 
 def refuse_crashes(schedule: Schedule, allow_crash: Any) -> None:
-    """A Crash kills the process it fires in: in-process, the user's pytest session too."""
-    if not isinstance(allow_crash, bool):
-        raise InvalidArgument(f"allow_crash={allow_crash!r} must be True or False")
-    crash = next((fault for fault in schedule if isinstance(fault, (Crash, Preempt))), None)
+    """A fault that kills the process it fires in (``Fault.kills_process``: a crash, an
+    unhandled preemption) would take the user's pytest session with it in-process."""
+    check_bool("allow_crash", allow_crash)
+    crash = next((fault for fault in schedule if fault.kills_process), None)
     if crash is not None and not allow_crash:
         raise InvalidSchedule(
             f"{crash} would kill this process (the pytest session with it): run crashes "

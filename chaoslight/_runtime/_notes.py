@@ -13,7 +13,7 @@ def note_never_fired(engine: Any) -> None:
 
     Only from a process that ran a Trainer: a launcher's own process (torchrun's agent,
     armed by ``chaoslight run`` like every Python process) trains nothing."""
-    if engine._trainer is None:
+    if not engine.ran_a_trainer:
         return
     rank = current_rank(engine.environment_rank)
     for index, fault in enumerate(engine.schedule.faults):

@@ -23,6 +23,7 @@ from chaoslight._runtime._context import current_rank
 from chaoslight._runtime._frames import user_frame
 from chaoslight._runtime._inject import active
 from chaoslight._schedule import SITES
+from chaoslight._schedule._clip import clip
 
 _STEPS = (
     "training_step",
@@ -154,7 +155,7 @@ def snapshot(thread_id: int | None = None, since: float | None = None) -> Positi
         return Position(current_rank(), idle, sites, inner=inner)
     filename, lineno = frame.f_code.co_filename, frame.f_lineno
     code = linecache.getline(filename, lineno).strip()
-    code = code if len(code) <= MAX_CODE else code[: MAX_CODE - 1] + "…"
+    code = clip(code, MAX_CODE)
     return Position(
         current_rank(), idle, sites, frame.f_code.co_name, filename, lineno, code or None, inner
     )

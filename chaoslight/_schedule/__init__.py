@@ -15,6 +15,7 @@ from chaoslight._schedule._catalog import (
     SYNC,
     SiteInfo,
 )
+from chaoslight._schedule._clip import clip
 from chaoslight._schedule._errors import (
     ChaosError,
     CheckFailed,
@@ -24,8 +25,11 @@ from chaoslight._schedule._errors import (
     suggest,
 )
 from chaoslight._schedule._faults import (
+    DRAWN_ORDERS,
     FAULT_KINDS,
+    OFF_COLLECTIVES,
     OOM,
+    REORDER_ORDERS,
     Allocate,
     Corrupt,
     Crash,
@@ -35,6 +39,8 @@ from chaoslight._schedule._faults import (
     Preempt,
     Raise,
     ReorderReduction,
+    Severity,
+    fault_kind,
     permutation,
 )
 from chaoslight._schedule._model import Schedule
@@ -43,11 +49,14 @@ from chaoslight._schedule._textform import fault_from_text, make_fault
 __all__ = [
     "COLLECTIVES",
     "DEFAULT_MIN_TRACKED_BYTES",
+    "DRAWN_ORDERS",
     "FAULT_KINDS",
     "LIGHTNING_HOOKS",
     "LIGHTNING_STEPS",
+    "OFF_COLLECTIVES",
     "OOM",
     "REDUCTION",
+    "REORDER_ORDERS",
     "RESULT",
     "SITES",
     "SYNC",
@@ -67,8 +76,11 @@ __all__ = [
     "Raise",
     "ReorderReduction",
     "Schedule",
+    "Severity",
     "SiteInfo",
+    "clip",
     "fault_from_text",
+    "fault_kind",
     "make_fault",
     "permutation",
     "suggest",

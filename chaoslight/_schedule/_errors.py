@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 
+from chaoslight._schedule._clip import clip
+
 
 class ChaosError(Exception):
     """Base class of every error chaoslight raises about its own use."""
@@ -44,5 +46,4 @@ def suggest(name: str, choices: Iterable[str]) -> str:
 def short_repr(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters: a hostile file's megabyte stays out
     of the one-line message that quotes it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(repr(value), limit)

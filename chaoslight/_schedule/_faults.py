@@ -2,23 +2,32 @@
 
 Pure data. Every fault is a frozen dataclass validated in its constructor, so a bad
 schedule fails where it is written, with a message that names the field and value.
+
+Each kind sets its traits (``_kind.py`` says what each means) and is registered by
+``@fault_kind``. Adding a kind is its class here, its action in ``_runtime/_engine.py``
+and its strategy in ``_search/_strategies.py``.
 """
 
 from __future__ import annotations
 
 import builtins
 import signal as _signals  # the Crash class's accepted signals
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chaoslight._schedule._catalog import REDUCTION, RESULT, SITES, SYNC
-from chaoslight._schedule._encode import fault_to_text
+from chaoslight._schedule._catalog import REDUCTION, RESULT, SYNC
 from chaoslight._schedule._errors import InvalidArgument, suggest
+from chaoslight._schedule._kind import (
+    FAULT_KINDS,
+    OFF_COLLECTIVES,
+    Fault,
+    Severity,
+    fault_kind,
+)
 from chaoslight._schedule._validate import (
     COUNT_WHY,
     MAX_COUNT,
-    MAX_RANK,
-    RANK_WHY,
+    check_bool,
     check_bytes,
     check_choice,
     check_duration,
@@ -26,83 +35,54 @@ from chaoslight._schedule._validate import (
     check_optional_bounded_int,
 )
 
-REORDER_ORDERS = ("reversed", "tree", "chunked", "premultiplied", "compressed")
+__all__ = [  # the kinds, their parameters' choices, and the registry they are entered in
+    "CORRUPT_VALUES",
+    "DRAWN_ORDERS",
+    "FAULT_KINDS",
+    "MAX_DELAY_SECONDS",
+    "MAX_PREEMPT_AFTER_S",
+    "OFF_COLLECTIVES",
+    "OOM",
+    "REORDER_ORDERS",
+    "Allocate",
+    "Corrupt",
+    "Crash",
+    "Delay",
+    "DropSync",
+    "Fault",
+    "Preempt",
+    "Raise",
+    "ReorderReduction",
+    "Severity",
+    "fault_kind",
+    "permutation",
+]
+
+# The reduction orders a backend itself may use, so a correct program must tolerate them:
+# the orders a search draws. ``compressed`` (bf16 compression) is a configuration the
+# program chooses, not an order the backend picks: valid in a schedule, never drawn.
+DRAWN_ORDERS = ("reversed", "tree", "chunked", "premultiplied")
+REORDER_ORDERS = (*DRAWN_ORDERS, "compressed")
 CORRUPT_VALUES = ("nan", "inf", "-inf")
 MAX_DELAY_SECONDS = 3600.0
 
 
-@dataclass(frozen=True)
-class Fault:
-    """Base of every fault kind: the trigger fields shared by all.
-
-    - ``site``: a registered site name (``chaoslight.sites()`` lists them).
-    - ``rank``: the global rank it fires on, or None for every rank.
-    - ``step``: the training batch index (0-based, counted across epochs since fit
-      began: Lightning's ``trainer.fit_loop.total_batch_idx``), or None for any step.
-    - ``nth``: fire only on the n-th call (1-based) of the site on this rank -- within
-      ``step`` when a step is given, else since injection began.
-    - ``times``: how many firings at most (None: every matching call).
-    """
-
-    kind: ClassVar[str] = ""
-    needs: ClassVar[str | None] = None  # a site capability this kind requires
-
-    site: str = field(kw_only=True)
-    rank: int | None = field(default=None, kw_only=True)
-    step: int | None = field(default=None, kw_only=True)
-    nth: int | None = field(default=None, kw_only=True)
-    times: int | None = field(default=1, kw_only=True)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.site, str) or self.site not in SITES:
-            raise InvalidArgument(
-                f"site={self.site!r} is not a known site{suggest(str(self.site), SITES)}; "
-                "chaoslight.sites() lists them"
-            )
-        if self.needs is not None and self.needs not in SITES[self.site].capabilities:
-            able = sorted(name for name, s in SITES.items() if self.needs in s.capabilities)
-            raise InvalidArgument(
-                f"{self.kind} cannot fire at site={self.site!r}: it needs a {self.needs} site "
-                f"({', '.join(able[:6])}, ...)"
-            )
-        check_optional_bounded_int("rank", self.rank, 0, MAX_RANK, RANK_WHY)
-        check_optional_bounded_int("step", self.step, 0, MAX_COUNT, COUNT_WHY)
-        check_optional_bounded_int("nth", self.nth, 1, MAX_COUNT, COUNT_WHY)
-        check_optional_bounded_int("times", self.times, 1, MAX_COUNT, COUNT_WHY)
-        self._validate()
-
-    def _validate(self) -> None:
-        """Kind-specific checks; overridden by subclasses with parameters."""
-
-    def params(self) -> dict[str, Any]:
-        """The kind's own parameters (not the trigger), as JSON-compatible values."""
-        trigger = {"site", "rank", "step", "nth", "times"}
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in trigger}
-
-    def trigger(self) -> dict[str, Any]:
-        return {
-            "site": self.site,
-            "rank": self.rank,
-            "step": self.step,
-            "nth": self.nth,
-            "times": self.times,
-        }
-
-    def __str__(self) -> str:
-        return fault_to_text(self)
-
-
+@fault_kind
 @dataclass(frozen=True)
 class Delay(Fault):
     """A straggler: sleep ``seconds`` before the wrapped call."""
 
     kind: ClassVar[str] = "delay"
+    severity: ClassVar[Severity] = Severity.BENIGN
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 0
     seconds: float = 0.1
 
     def _validate(self) -> None:
         check_duration("seconds", self.seconds, MAX_DELAY_SECONDS)
 
 
+@fault_kind
 @dataclass(frozen=True)
 class OOM(Fault):
     """Raise ``torch.OutOfMemoryError`` shaped like a real CUDA OOM.
@@ -112,15 +92,22 @@ class OOM(Fault):
     """
 
     kind: ClassVar[str] = "oom"
+    aborts_call: ClassVar[bool] = True
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 2
+    drawn_at: ClassVar[str | None] = OFF_COLLECTIVES
     nbytes: int = 2**30
     deferred: bool = False
 
     def _validate(self) -> None:
         check_bytes("nbytes", self.nbytes)
-        if not isinstance(self.deferred, bool):
-            raise InvalidArgument(f"deferred={self.deferred!r} must be True or False")
+        check_bool("deferred", self.deferred)
+
+    def aborts(self) -> bool:
+        return not self.deferred
 
 
+@fault_kind
 @dataclass(frozen=True)
 class Allocate(Fault):
     """Hold ``nbytes`` of real memory on the rank's device for ``hold_steps`` steps.
@@ -130,6 +117,8 @@ class Allocate(Fault):
     """
 
     kind: ClassVar[str] = "allocate"
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 6
     nbytes: int = 2**20
     hold_steps: int | None = 1
 
@@ -138,14 +127,18 @@ class Allocate(Fault):
         check_optional_bounded_int("hold_steps", self.hold_steps, 1, MAX_COUNT, COUNT_WHY)
 
 
+@fault_kind
 @dataclass(frozen=True)
 class DropSync(Fault):
     """Skip a synchronisation: the wrapped barrier/collective/synchronize does nothing."""
 
     kind: ClassVar[str] = "drop_sync"
     needs: ClassVar[str | None] = SYNC
+    severity: ClassVar[Severity] = Severity.DESYNC
+    simplicity: ClassVar[int] = 3
 
 
+@fault_kind
 @dataclass(frozen=True)
 class ReorderReduction(Fault):
     """Sum the ranks' contributions in another order, so results differ in the last bits.
@@ -154,12 +147,22 @@ class ReorderReduction(Fault):
     by the world size, then sum), compressed (round each contribution to bfloat16 first,
     as DDP's bf16 compression hook does), or a permutation of ranks such as ``"2,0,1"``.
     At world size 2 only ``compressed`` changes bits: a + b is bitwise b + a, and
-    scaling by 1/2 is exact.
+    scaling by 1/2 is exact. A search draws the orders a backend may pick
+    (``DRAWN_ORDERS``), never ``compressed``: that is a configuration the program chooses.
     """
 
     kind: ClassVar[str] = "reorder"
     needs: ClassVar[str | None] = REDUCTION
+    severity: ClassVar[Severity] = Severity.BENIGN
+    drawn_by_default: ClassVar[bool] = True
+    needs_peers: ClassVar[bool] = True  # one contribution has one order
+    simplicity: ClassVar[int] = 7
     order: str = "reversed"
+
+    def fault_class(self) -> Severity:
+        # Every rank summing in one order is what backends do; one rank alone gets a
+        # different sum, which no backend does.
+        return Severity.BENIGN if self.rank is None else Severity.DESYNC
 
     def _validate(self) -> None:
         if isinstance(self.order, str) and self.order in REORDER_ORDERS:
@@ -181,6 +184,7 @@ def permutation(order: str) -> tuple[int, ...] | None:
     return ranks if sorted(ranks) == list(range(len(ranks))) else None
 
 
+@fault_kind
 @dataclass(frozen=True)
 class Raise(Fault):
     """Raise an exception at the site, e.g. ``Raise(OSError(28, "No space left"), site=...)``.
@@ -190,6 +194,10 @@ class Raise(Fault):
     """
 
     kind: ClassVar[str] = "raise"
+    aborts_call: ClassVar[bool] = True
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 1
+    drawn_at: ClassVar[str | None] = OFF_COLLECTIVES
     exception: Any = "RuntimeError"
     args: tuple[Any, ...] = ("injected by chaoslight",)
 
@@ -235,18 +243,22 @@ def _is_builtin_exception(name: str) -> bool:
     return isinstance(obj, type) and issubclass(obj, BaseException)
 
 
+@fault_kind
 @dataclass(frozen=True)
 class Corrupt(Fault):
     """Replace the tensor result at the site (the loss, an output, a reduced value) by NaN/Inf."""
 
     kind: ClassVar[str] = "corrupt"
     needs: ClassVar[str | None] = RESULT
+    severity: ClassVar[Severity] = Severity.DESYNC
+    simplicity: ClassVar[int] = 8
     value: str = "nan"
 
     def _validate(self) -> None:
         check_choice("value", self.value, CORRUPT_VALUES)
 
 
+@fault_kind
 @dataclass(frozen=True)
 class Crash(Fault):
     """Kill this rank's process at the site, as a lost node does (SIGKILL by default).
@@ -261,6 +273,10 @@ class Crash(Fault):
     """
 
     kind: ClassVar[str] = "crash"
+    aborts_call: ClassVar[bool] = True
+    kills_process: ClassVar[bool] = True
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 4
     # Accepted signals, number -> name, in the order the error message lists them.
     SIGNALS: ClassVar[dict[int, str]] = {
         int(getattr(_signals, name)): name
@@ -288,6 +304,7 @@ class Crash(Fault):
 MAX_PREEMPT_AFTER_S = 60.0
 
 
+@fault_kind
 @dataclass(frozen=True)
 class Preempt(Fault):
     """A scheduler's preemption notice: SIGTERM to this rank, which goes on running.
@@ -306,15 +323,12 @@ class Preempt(Fault):
     """
 
     kind: ClassVar[str] = "preempt"
+    kills_process: ClassVar[bool] = True  # unless the program handles SIGTERM
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 5
     after: float = 0.0
 
     def _validate(self) -> None:
         why = "a notice later than that is a different trigger: use a later step"
         after = check_duration("after", self.after, MAX_PREEMPT_AFTER_S, why)
         object.__setattr__(self, "after", after)
-
-
-FAULT_KINDS: dict[str, type[Fault]] = {
-    cls.kind: cls
-    for cls in (Delay, OOM, Allocate, DropSync, ReorderReduction, Raise, Corrupt, Crash, Preempt)
-}

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from chaoslight._schedule._catalog import SITES
 from chaoslight._schedule._errors import InvalidArgument, suggest
 
 # Upper bounds, each with the reason a larger value can only be a mistake.
@@ -119,6 +120,21 @@ def check_world_size(name: str, value: Any, minimum: int = 1, what: str = "rank"
     """How many ranks (or spare workers) a World starts: up to ``MAX_WORLD_SIZE``."""
     why = WORLD_SIZE_WHY.replace("rank", what)
     return check_bounded_int(name, value, minimum, MAX_WORLD_SIZE, why)
+
+
+def check_sites(name: str, sites: Iterable[str]) -> tuple[str, ...]:
+    """One or more registered site names (``chaoslight.sites()`` lists them)."""
+    if isinstance(sites, str):
+        raise InvalidArgument(f"{name}={sites!r} must be a list of sites, e.g. [{sites!r}]")
+    chosen = tuple(sites)
+    for site in chosen:
+        if site not in SITES:
+            raise InvalidArgument(
+                f"{name}: {site!r} is not a known site{suggest(str(site), SITES)}"
+            )
+    if not chosen:
+        raise InvalidArgument(f"{name}=() must name at least one site")
+    return chosen
 
 
 def check_seconds(name: str, value: Any, maximum: float | None = None) -> float:
@@ -286,3 +302,24 @@ def parse_json(what: str, text: str) -> Any:
         raise InvalidArgument(f"{what} is not JSON chaoslight reads: {reason}") from None
     check_json_depth(what, value)
     return value
+
+
+# -- a search's settings (``_search/_settings.py``) ----------------------------------------
+def check_seed(name: str, value: Any) -> int | None:
+    """A search's seed: None (a random one each time) or an int."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidArgument(f"{name}={value!r} must be an int, or None for a random seed")
+    return value
+
+
+def check_shard(name: str, value: Any) -> tuple[int, int] | None:
+    """None, or ``(i, n)``: the i-th of n disjoint parts of a search, ``0 <= i < n``."""
+    if value is None:
+        return None
+    pair = tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+        raise InvalidArgument(f"{name}={value!r} must be a pair (i, n), e.g. (0, 4)")
+    index, count = pair
+    if not 0 <= index < count:
+        raise InvalidArgument(f"{name}={index}/{count} must be i/N with 0 <= i < N")
+    return index, count

@@ -14,31 +14,25 @@ from typing import Any
 
 from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule import InvalidArgument, Schedule
-from chaoslight._schedule._validate import (
-    MAX_EXAMPLES,
-    MAX_FAULTS,
-    MAX_REPLAYS,
-    MAX_STEPS,
-    check_bool,
-    check_bounded_int,
-    check_seconds,
-)
 from chaoslight._search._campaign import Campaign, Progress, Result
 from chaoslight._search._coverage import coverage
-from chaoslight._search._database import check_database
 from chaoslight._search._failure import DEFAULT_CHECKS, Failure, check_specs
 from chaoslight._search._job import Job, Quiet, make_job
+from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._reach import Reach
-from chaoslight._search._strategies import DEFAULT_KINDS, schedules
+from chaoslight._search._settings import DEFAULT_TIMEOUT_S, Settings, with_keywords
+from chaoslight._search._strategies import schedules
 from chaoslight._world import Outcome, World
 
 __all__ = [
     "DEFAULT_CHECKS",
+    "DEFAULT_TIMEOUT_S",
     "Campaign",
     "Failure",
     "Progress",
     "Result",
+    "Settings",
     "Verdict",
     "check",
     "fuzz",
@@ -49,28 +43,18 @@ __all__ = [
 
 def fuzz(
     target: str,
+    settings: Settings | None = None,
     *,
-    world_size: int = 2,
-    checks: Sequence[Any] | None = None,
-    faults: Sequence[str] | None = None,
-    sites: Sequence[str] | None = None,
-    steps: int = 4,
-    max_faults: int = 3,
-    max_examples: int = 100,
-    max_time: float | None = None,
-    seed: int | None = None,
-    timeout: float = 20.0,
-    replays: int = 3,
-    database: str | None = None,
-    shard: tuple[int, int] | None = None,
     display: Any = None,
     world: World | None = None,
-    strict: bool = False,
     on_failure: Callable[[Failure], None] | None = None,
+    **keywords: Any,
 ) -> tuple[Result, Failure | None]:
-    """Search schedules that make ``target`` fail on a World of ``world_size`` ranks.
+    """Search schedules that make ``target`` fail, as ``settings`` say (``Settings``).
 
-    With no arguments but the target it does the right thing: every fault kind a correct
+    ``fuzz(target, Settings(max_examples=50))`` and ``fuzz(target, max_examples=50)`` are
+    the same search: keywords name settings, and one given beside a settings object wins.
+    With no settings but the target it does the right thing: every fault kind a correct
     program can meet in production, drawn only at the (site, step) points the fault-free
     baseline run reached (over the whole run, weighted to the user's own hooks), the
     default checks, each run judged by the oracle. ``faults``/``sites``/``checks`` narrow
@@ -87,40 +71,32 @@ def fuzz(
     fails is one warning (``display.warn``, else a ``RuntimeWarning``), never an error.
     Returns the campaign's result and, when it found something, the failure to replay.
     """
-    job = make_job(target, world_size, timeout, checks)
-    _check_budget(max_examples, replays, steps, max_faults, max_time)
-    check_bool("strict", strict)
-    check_database("database", database)
-    if shard is not None:
-        Reach().shard(*shard)  # a shard out of range is a usage error before any World starts
-    if world is not None and world.size != world_size:
-        raise InvalidArgument(f"world=World(size={world.size}) is not world_size={world_size}")
-
-    # Built now to check the arguments before any World starts; again after the baseline,
-    # from the reach it recorded.
-    schedules(world_size=world_size, steps=steps, sites=sites, faults=faults, max_faults=max_faults)
+    chosen = with_keywords(settings, keywords, "fuzz")
+    job = make_job(target, chosen)
+    size = chosen.world_size
+    if world is not None and world.size != size:
+        raise InvalidArgument(f"world=World(size={world.size}) is not world_size={size}")
 
     def space() -> Reach | None:
         """The reached points this campaign searches (after the baseline recorded them)."""
         if job.reach is None:
             return None
-        reach = job.reach.restricted(sites) if sites else job.reach.focused()
-        return reach.shard(*shard) if shard is not None else reach
+        reach = job.reach.restricted(chosen.sites) if chosen.sites else job.reach.focused()
+        return reach.shard(*chosen.shard) if chosen.shard is not None else reach
 
     def probes() -> list[Schedule]:
         reach = space()
-        kinds = DEFAULT_KINDS if faults is None else faults
-        return reach.probes(world_size, kinds) if reach is not None else []
+        kinds = DEFAULT_KINDS if chosen.faults is None else chosen.faults
+        return reach.probes(size, kinds) if reach is not None else []
 
     def strategy() -> Any:
-        reach = space()
         return schedules(
-            world_size=world_size,
-            steps=steps,
-            sites=sites,
-            faults=faults,
-            max_faults=max_faults,
-            reach=reach,
+            world_size=size,
+            steps=chosen.steps,
+            sites=chosen.sites,
+            faults=chosen.faults,
+            max_faults=chosen.max_faults,
+            reach=space(),
         )
 
     def report(found: Result) -> None:
@@ -128,27 +104,21 @@ def fuzz(
         if failure is not None and on_failure is not None:
             on_failure(failure)
 
-    key = f"{target}|{world_size}|{sorted(c.name for c in job.checks)}"
+    key = f"{target}|{size}|{sorted(c.name for c in job.checks)}"
     with job.runner(world) as run, display or Quiet() as shown:
-        campaign = Campaign(run, strategy, max_examples, seed, database, key, replays)
-        campaign.on_progress, campaign.max_time, campaign.probes = shown.update, max_time, probes
-        campaign.strict, campaign.shard = strict, shard
-        campaign.on_warning = getattr(shown, "warn", campaign.on_warning)
-        campaign.on_result = report
+        campaign = Campaign(
+            run,
+            strategy,
+            chosen,
+            key=key,
+            probes=probes,
+            on_progress=shown.update,
+            on_result=report,
+            on_warning=getattr(shown, "warn", None),
+        )
         result = campaign.execute()
     result.coverage = coverage(job.reach, result.tried)
     return result, _failure(job, result)
-
-
-def _check_budget(
-    max_examples: int, replays: int, steps: int, max_faults: int, max_time: float | None
-) -> None:
-    check_bounded_int("max_examples", max_examples, 1, MAX_EXAMPLES)
-    check_bounded_int("replays", replays, 0, MAX_REPLAYS)
-    check_bounded_int("steps", steps, 1, MAX_STEPS)
-    check_bounded_int("max_faults", max_faults, 1, MAX_FAULTS)
-    if max_time is not None:
-        check_seconds("max_time", max_time)
 
 
 def _failure(job: Job, result: Result) -> Failure | None:
@@ -166,15 +136,13 @@ def _failure(job: Job, result: Result) -> Failure | None:
 
 
 def check(
-    target: str,
-    *,
-    world_size: int = 2,
-    checks: Sequence[Any] | None = None,
-    timeout: float = 20.0,
+    target: str, settings: Settings | None = None, **keywords: Any
 ) -> tuple[Verdict, Outcome]:
-    """Run ``target`` once with no fault and the default checks: does it work at all?"""
-    job = make_job(target, world_size, timeout, checks)
-    with World(size=world_size) as world:
+    """Run ``target`` once with no fault and the default checks: does it work at all?
+    Of ``settings`` (or keywords naming them) it uses ``world_size``, ``checks`` and
+    ``timeout``."""
+    job = make_job(target, with_keywords(settings, keywords, "check"))
+    with World(size=job.world_size) as world:
         return job.run(world, Schedule())
 
 
@@ -200,12 +168,9 @@ def replay(
         checks, skipped = failure.resolve_checks(user_checks)
         for line in skipped:
             warnings.warn(f"chaoslight replay: {line}", UserWarning, stacklevel=2)
-    job = make_job(
-        target or failure.target,
-        failure.world_size if world_size is None else world_size,
-        timeout or failure.timeout,
-        checks,
-    )
+    size = failure.world_size if world_size is None else world_size
+    settings = Settings(world_size=size, timeout=timeout or failure.timeout, checks=checks)
+    job = make_job(target or failure.target, settings)
     if world is not None and world.size != job.world_size:
         raise InvalidArgument(f"world=World(size={world.size}) is not world_size={job.world_size}")
     check_runnable(failure.schedule, job.world_size)

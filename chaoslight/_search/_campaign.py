@@ -40,6 +40,7 @@ from chaoslight._search._database import in_shard, known_failures, open_database
 from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
+from chaoslight._search._settings import Settings, with_keywords
 
 CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
@@ -93,33 +94,49 @@ class _Found(Exception):
 Runner = Callable[[Schedule, bool], tuple[Verdict, Any]]
 
 
-@dataclass
 class Campaign:
-    """Search ``strategy`` with ``run`` (schedule -> verdict, outcome) as the property."""
+    """Search ``strategy`` with ``run`` (schedule -> verdict, outcome) as the property,
+    under ``settings`` (its budget, seed, replays, database, shard, strictness; keywords
+    that name a setting are laid over it, as ``fuzz`` does).
 
-    run: Runner
-    strategy: Any
-    max_examples: int = 100
-    seed: int | None = None
-    database: str | None = field(default=None, repr=False)  # a URL may hold a password
-    key: str = ""
-    replays: int = 3
-    on_progress: Callable[[Progress], None] = lambda progress: None
-    progress: Progress = field(default_factory=Progress)
-    max_time: float | None = None  # seconds for the whole campaign; None: no bound
-    probes: Callable[[], list[Schedule]] | None = None  # tried first, after the baseline
-    max_shrinks: int = MAX_SHRINK_RUNS
-    tried: list[Schedule] = field(default_factory=list, repr=False)
-    strict: bool = False  # a known framework issue is a failure like any other
-    shard: tuple[int, int] | None = None  # (i, n): replay only the stored failures of part i
-    on_result: Callable[[Result], None] = lambda result: None  # before the database records it
-    on_warning: Callable[[str], None] = field(default=lambda line: _warn(line), repr=False)
-    known: dict[str, KnownFinding] = field(default_factory=dict, repr=False)
-    _failing: dict[str, tuple[Verdict, Any]] = field(default_factory=dict, repr=False)
-    _started: float = field(default_factory=time.monotonic, repr=False)
-    _first_failure_at: int | None = field(default=None, repr=False)
-    _db: ExampleDatabase | None = field(default=None, repr=False)
-    _db_opened: bool = field(default=False, repr=False)
+    ``key`` names this campaign's part of the database; ``probes`` builds the schedules
+    tried first, after the baseline; ``on_progress`` sees the counters, ``on_result`` the
+    result before the database records it, ``on_warning`` what went wrong beside it."""
+
+    def __init__(
+        self,
+        run: Runner,
+        strategy: Any,
+        settings: Settings | None = None,
+        *,
+        key: str = "",
+        probes: Callable[[], list[Schedule]] | None = None,
+        on_progress: Callable[[Progress], None] = lambda progress: None,
+        on_result: Callable[[Result], None] = lambda result: None,
+        on_warning: Callable[[str], None] | None = None,
+        max_shrinks: int = MAX_SHRINK_RUNS,
+        **keywords: Any,
+    ) -> None:
+        self.run = run
+        self.strategy = strategy
+        self.settings = with_keywords(settings, keywords, "Campaign")
+        self.key = key
+        self.probes = probes
+        self.on_progress = on_progress
+        self.on_result = on_result
+        self.on_warning = on_warning or (lambda line: _warn(line))  # _warn's stacklevel
+        self.max_shrinks = max_shrinks
+        self.progress = Progress()
+        self.tried: list[Schedule] = []
+        self.known: dict[str, KnownFinding] = {}
+        self._failing: dict[str, tuple[Verdict, Any]] = {}
+        self._started = time.monotonic()
+        self._first_failure_at: int | None = None
+        self._db: ExampleDatabase | None = None
+        self._db_opened = False
+
+    def __repr__(self) -> str:
+        return f"Campaign(key={self.key!r}, {self.settings!r})"
 
     def execute(self) -> Result:
         """Baseline, search, shrink, minimise, replay, report: see the module docstring."""
@@ -174,7 +191,7 @@ class Campaign:
         """Replay the failure (the first replay in a fresh World); differing replays: flaky."""
         self._phase("replaying")
         replays = list(seen or [])
-        for index in range(self.replays):
+        for index in range(self.settings.replays):
             if self.out_of_time():
                 break  # the best result so far; it says how many replays it had
             replays.append(self._example(schedule, fresh=index == 0)[0])
@@ -221,7 +238,7 @@ class Campaign:
             return None  # spent on the stored failures or the probes: no search to start
 
         @settings(
-            max_examples=self.max_examples,
+            max_examples=self.settings.max_examples,
             deadline=None,
             database=self._database(),
             suppress_health_check=list(HealthCheck),
@@ -244,8 +261,8 @@ class Campaign:
                 self._phase("shrinking")
                 raise _Found(schedule, verdict, outcome)
 
-        if self.seed is not None:
-            prop = hypothesis_seed(self.seed)(prop)
+        if self.settings.seed is not None:
+            prop = hypothesis_seed(self.settings.seed)(prop)
         try:
             prop()
         except _Found as found:
@@ -265,7 +282,7 @@ class Campaign:
         none, or when it could not be opened (a warning said so)."""
         if not self._db_opened:
             self._db_opened = True
-            self._db = open_database(self.database, self.key, self.on_warning)
+            self._db = open_database(self.settings.database, self.key, self.on_warning)
         return self._db
 
     def _known_failure(self) -> _Found | None:
@@ -274,7 +291,7 @@ class Campaign:
         for schedule in known_failures(self._database()):
             if self.out_of_time():
                 return None
-            if not in_shard(schedule, self.shard):
+            if not in_shard(schedule, self.settings.shard):
                 continue  # another worker's part of the space: that worker replays it
             verdict, outcome = self._example(schedule)
             if verdict.failed:
@@ -287,7 +304,7 @@ class Campaign:
     def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
         self.tried.append(schedule)
         verdict, outcome = self.run(schedule, fresh)
-        if verdict.failed and verdict.known is not None and not self.strict:
+        if verdict.failed and verdict.known is not None and not self.settings.strict:
             # The framework's bug, not the program's: reported apart, once; the search
             # goes on as if this run had passed, to find the program's own failures.
             issue, package, version = verdict.known
@@ -308,7 +325,8 @@ class Campaign:
         return fails
 
     def out_of_time(self) -> bool:
-        return self.max_time is not None and time.monotonic() - self._started >= self.max_time
+        bound = self.settings.max_time
+        return bound is not None and time.monotonic() - self._started >= bound
 
     def _shrinks_spent(self) -> bool:
         first = self._first_failure_at

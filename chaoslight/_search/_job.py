@@ -4,7 +4,7 @@ fault-free run also records the run's reach (``_checks/_reach.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,10 +12,9 @@ from typing import Any
 from chaoslight._checks._reach import Reach as ReachRecorder
 from chaoslight._runtime import as_checks
 from chaoslight._schedule import Schedule
-from chaoslight._schedule._validate import check_seconds, check_world_size
-from chaoslight._search._failure import DEFAULT_CHECKS
 from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._reach import Reach
+from chaoslight._search._settings import Settings
 from chaoslight._world import Outcome, World
 from chaoslight._world._target import parse_target
 
@@ -67,9 +66,7 @@ class Job:
             yield run
 
 
-def make_job(target: str, world_size: int, timeout: float, checks: Sequence[Any] | None) -> Job:
-    """A validated job; ``checks=None`` means the default search's checks."""
+def make_job(target: str, settings: Settings) -> Job:
+    """The job of ``settings`` (checked when they were built) on ``target``."""
     parse_target(target)
-    check_world_size("world_size", world_size)
-    named = DEFAULT_CHECKS if checks is None else checks
-    return Job(target, world_size, check_seconds("timeout", timeout), tuple(as_checks(named)))
+    return Job(target, settings.world_size, settings.timeout, tuple(as_checks(settings.checks)))

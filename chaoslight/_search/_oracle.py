@@ -26,6 +26,7 @@ from chaoslight._schedule import (
     Fault,
     InvalidSchedule,
     Raise,
+    clip,
     fault_from_text,
 )
 from chaoslight._search._hangs import hang_reason, mismatch_cause
@@ -217,7 +218,7 @@ def _preempted(
         return _hard(outcome, fired, base)
     finding = preemption_finding(outcome, delivered)
     if finding is not None:
-        return Verdict(True, _short(finding, 600), rule=PREEMPT_RULE, **base)
+        return Verdict(True, clip(finding, 600, one_line=True), rule=PREEMPT_RULE, **base)
     if all(r.status == PASSED for r in outcome.ranks):
         return _must_pass(outcome, PREEMPT_RULE, base)
     return Verdict(False, "", rule=PREEMPT_RULE, **base)
@@ -287,9 +288,4 @@ def _swallowed(result: Any, fault: Fault, outcome: Any, later: bool) -> str:
         text = f"rank {result.rank} swallowed the injected {fault} and failed later: {error}"
     else:
         text = f"rank {result.rank} swallowed the injected {fault} and {result.status}"
-    return _short(text) + (f"; {rest}" if rest else "")
-
-
-def _short(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return clip(text, 300, one_line=True) + (f"; {rest}" if rest else "")

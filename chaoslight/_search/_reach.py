@@ -19,10 +19,11 @@ from typing import Any
 from hypothesis import strategies as st
 
 from chaoslight._schedule import (
+    FAULT_KINDS,
     LIGHTNING_STEPS,
+    OFF_COLLECTIVES,
     OOM,
     SITES,
-    Crash,
     Delay,
     Fault,
     InvalidArgument,
@@ -31,11 +32,11 @@ from chaoslight._schedule import (
     Schedule,
 )
 
-# An error raised *by* a collective: Lightning 2.5-2.6 swallows one from its per-batch
-# SIGTERM broadcast and the ranks desync, so every correct program would "hang" (a
-# framework bug, reported apart in a later version). Raised errors and OOMs are drawn
-# everywhere else; stragglers, reorders and crashes at collectives too.
-OFF_COLLECTIVES = "off-collectives"
+# OFF_COLLECTIVES: an error raised *by* a collective: Lightning 2.5-2.6 swallows one from
+# its per-batch SIGTERM broadcast and the ranks desync, so every correct program would
+# "hang" (a framework bug, reported apart in a later version). Raised errors and OOMs are
+# drawn everywhere else (their ``drawn_at``); stragglers, reorders and crashes at
+# collectives too.
 USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
 PROBE_SECONDS = 1.0  # a straggler long enough to beat the natural margins between ranks
 MAX_PROBES = 32
@@ -84,10 +85,6 @@ class Reach:
         allowed = set(sites)
         return replace(self, points=tuple(p for p in self.points if p[0] in allowed))
 
-    @property
-    def last_step(self) -> int:
-        return max((step for _, step in self.points if step is not None), default=0)
-
     def focused(self) -> Reach:
         """Only the points where a fault means something different: the user's own hooks,
         the steps, forward, backward and optimizer step, and torch's calls (collectives,
@@ -116,13 +113,7 @@ class Reach:
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
         found += [Schedule([fault]) for fault in self._preempt_probes(world_size, kinds)]
-        if "crash" in kinds:
-            found += [
-                Schedule([Crash(site=site, rank=rank, step=step)], restarts=1)
-                for site, step in self.points
-                if site == "torch.save"
-                for rank in range(world_size)
-            ][:MAX_SAVE_CRASHES]
+        found += self._crash_in_save_probes(world_size, kinds)
         saves = [point for point in self.points if point[0] == "torch.save"]
         first_save = saves[0] if saves else None  # one slow write per rank: each costs 1 s
         for site, step in self.points:
@@ -131,6 +122,19 @@ class Reach:
                 faults = _probes_at(site, rank, step, self.user, set(kinds), slow)
                 found += [Schedule([fault]) for fault in faults]
         return found[:MAX_PROBES]
+
+    def _crash_in_save_probes(self, world_size: int, kinds: Iterable[str]) -> list[Schedule]:
+        """Each kind that aborts the call and ends the process (a crash) inside each
+        ``torch.save``, then a restart: the write is left half done."""
+        ending = [FAULT_KINDS[k] for k in kinds if k in FAULT_KINDS]
+        ending = [cls for cls in ending if cls.kills_process and cls.aborts_call]
+        return [
+            Schedule([cls(site=site, rank=rank, step=step)], restarts=1)
+            for cls in ending
+            for site, step in self.points
+            if site == "torch.save"
+            for rank in range(world_size)
+        ][:MAX_SAVE_CRASHES]
 
     def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         site = "lightning.training_step"

@@ -1,21 +1,17 @@
 """How severe a fault is: what a correct program can be asked to do under it (the fault
-classes of ``docs/explanation/oracle.md``). The oracle judges by it; the known-issue
-matcher reads it to tell a run where only a preemption struck from one where more did."""
+classes of ``docs/explanation/oracle.md``). Each kind says it (``Fault.severity``, and
+``Fault.fault_class()`` where a parameter changes it); the oracle judges by it, and the
+known-issue matcher reads it to tell a run where only a preemption struck from one where
+more did."""
 
 from __future__ import annotations
 
-from chaoslight._schedule import Fault, ReorderReduction
+from chaoslight._schedule import Fault, Severity
 
-BENIGN, HARD, DESYNC = "benign", "hard", "desync"
-SEVERITY = (BENIGN, HARD, DESYNC)
-HARD_KINDS = frozenset({"oom", "raise", "crash", "allocate", "preempt"})
-DESYNC_KINDS = frozenset({"drop_sync", "corrupt"})
+BENIGN, HARD, DESYNC = Severity.BENIGN, Severity.HARD, Severity.DESYNC
+SEVERITY = tuple(Severity)  # mildest first: a run is judged by its worst fault
 
 
-def fault_class(fault: Fault) -> str:
+def fault_class(fault: Fault) -> Severity:
     """benign, hard or desync: what a correct program can be asked to do under it."""
-    if isinstance(fault, ReorderReduction):
-        return BENIGN if fault.rank is None else DESYNC  # one rank alone: a different sum
-    if fault.kind in DESYNC_KINDS:
-        return DESYNC
-    return HARD if fault.kind in HARD_KINDS else BENIGN
+    return fault.fault_class()

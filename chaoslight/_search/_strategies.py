@@ -2,13 +2,15 @@
 
     from chaoslight.strategies import schedules
 
-    @given(schedule=schedules(world_size=2, steps=4, mode="fail-cleanly"))
+    @given(schedule=schedules(world_size=2, steps=4, faults=["raise", "oom"]))
     def test_errors_surface(chaos_world, schedule): ...
 
-Every strategy validates its arguments when it is built (``world_size=0 must be at
-least 1``) and shrinks towards the simplest failing schedule: fewer faults, lower
-ranks, earlier steps, smaller delays and allocations, and the simpler kind (the order
-of ``KINDS`` below, simplest first).
+Every strategy validates its arguments when it is built, with the same bounds and words
+as a World and the CLI (``world_size=0 must be at least 1``), and shrinks towards the
+simplest failing schedule: fewer faults, lower ranks, earlier steps, smaller delays and
+allocations, and the simpler kind (``KINDS``, simplest first). Each kind's strategy is
+entered in ``KIND_STRATEGIES`` by its fault class; where it draws sites and whether the
+default search draws it are the class's traits.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from chaoslight._schedule import (
+    DRAWN_ORDERS,
+    FAULT_KINDS,
     OOM,
-    REDUCTION,
-    RESULT,
     SITES,
-    SYNC,
     Allocate,
     Corrupt,
     Crash,
@@ -37,20 +38,23 @@ from chaoslight._schedule import (
     Raise,
     ReorderReduction,
     Schedule,
-    suggest,
 )
-from chaoslight._search._kinds import (  # noqa: F401 - re-exported
-    BENIGN_KINDS,
-    DEFAULT_KINDS,
-    HARD_KINDS,
-    IN_PROCESS_KINDS,
-    KILLING_KINDS,
-    KINDS,
-    MODES,
-    _resolve_kinds,
+from chaoslight._schedule._faults import MAX_DELAY_SECONDS
+from chaoslight._schedule._validate import (
+    BYTES_WHY,
+    FAULTS_WHY,
+    MAX_BYTES,
+    MAX_FAULTS,
+    MAX_STEPS,
+    STEPS_WHY,
+    check_bounded_int,
+    check_count,
+    check_sites,
+    check_world_size,
 )
+from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._minimize import DELAY_GRID
-from chaoslight._search._reach import OFF_COLLECTIVES, Reach, Space
+from chaoslight._search._reach import Reach, Space
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
 DEFAULT_SITES = (
@@ -69,36 +73,25 @@ DEFAULT_SITES = (
 )
 
 
-def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidArgument(f"{name}={value!r} must be an int of at least {minimum}")
-
-
-def _check_sites(sites: Iterable[str] | None) -> tuple[str, ...]:
-    chosen = tuple(DEFAULT_SITES if sites is None else sites)
-    for site in chosen:
-        if site not in SITES:
-            raise InvalidArgument(f"sites: {site!r} is not a known site{suggest(site, SITES)}")
-    if not chosen:
-        raise InvalidArgument("sites=() must name at least one site")
-    return chosen
-
-
 def _kind(
-    build: Callable[..., Fault], capability: str | None, **params: st.SearchStrategy[Any]
-) -> Callable[[Space], st.SearchStrategy[Fault]]:
-    def strategy(space: Space) -> st.SearchStrategy[Fault]:
-        trigger = space.triggers(capability)
-        return st.builds(lambda t, p: build(**t, **p), trigger, st.fixed_dictionaries(params))
-
-    return strategy
+    space: Space,
+    kind: type[Fault],
+    build: Callable[..., Fault] | None = None,
+    **params: st.SearchStrategy[Any],
+) -> st.SearchStrategy[Fault]:
+    """``kind`` faults (made by ``build``, else the class) at the sites its ``drawn_at``
+    capability allows in ``space``, with ``params`` drawn from their strategies."""
+    make = build or kind
+    trigger = space.triggers(kind.drawn_at)
+    return st.builds(lambda t, p: make(**t, **p), trigger, st.fixed_dictionaries(params))
 
 
 def _space(world_size: int, steps: int, sites: Iterable[str] | None, reach: Reach | None) -> Space:
-    _check_positive("world_size", world_size)
-    _check_positive("steps", steps)
-    chosen = _check_sites(sites if sites is not None or reach is None else reach_sites(reach))
-    return Space(world_size, chosen, steps, reach)
+    check_world_size("world_size", world_size)
+    check_bounded_int("steps", steps, 1, MAX_STEPS, STEPS_WHY)
+    if sites is None:
+        sites = DEFAULT_SITES if reach is None else reach_sites(reach)
+    return Space(world_size, check_sites("sites", sites), steps, reach)
 
 
 def reach_sites(reach: Reach) -> tuple[str, ...]:
@@ -126,15 +119,16 @@ def delays(
     """
     space = _space(world_size, steps, sites, reach)
     smallest = resolution if resolution is not None else DELAY_GRID[0]
-    if not 0.001 <= smallest <= max_seconds <= 3600:
+    if not 0.001 <= smallest <= max_seconds <= MAX_DELAY_SECONDS:
         raise InvalidArgument(
-            f"max_seconds={max_seconds!r} must be between {smallest!r} and 3600 seconds"
+            f"max_seconds={max_seconds!r} must be between {smallest!r} and "
+            f"{MAX_DELAY_SECONDS:g} seconds"
         )
     if resolution is None:
         grid = [seconds for seconds in DELAY_GRID if seconds <= max_seconds]
     else:
         grid = [round(k * resolution, 6) for k in range(1, round(max_seconds / resolution) + 1)]
-    return _kind(Delay, None, seconds=st.sampled_from(grid))(space)
+    return _kind(space, Delay, seconds=st.sampled_from(grid))
 
 
 def ooms(
@@ -145,13 +139,13 @@ def ooms(
     reach: Reach | None = None,
     deferred: bool | None = False,
 ) -> st.SearchStrategy[Fault]:
-    """Simulated CUDA OOMs, at any site but a collective (see ``OFF_COLLECTIVES``).
+    """Simulated CUDA OOMs, at any site but a collective (``OOM.drawn_at``).
 
     Shrinks to lower ranks, earlier steps, immediate (not deferred).
     """
     space = _space(world_size, steps, sites, reach)
     flag = st.booleans() if deferred is None else st.just(deferred)
-    return _kind(OOM, OFF_COLLECTIVES, deferred=flag)(space)
+    return _kind(space, OOM, deferred=flag)
 
 
 def allocations(
@@ -165,11 +159,11 @@ def allocations(
 ) -> st.SearchStrategy[Fault]:
     """Rank-specific allocations. Shrinks to fewer bytes (1 KiB units) and shorter holds."""
     space = _space(world_size, steps, sites, reach)
-    _check_positive("max_bytes", max_bytes, 1024)
-    _check_positive("max_hold_steps", max_hold_steps)
+    check_bounded_int("max_bytes", max_bytes, 1024, MAX_BYTES, BYTES_WHY)
+    check_count("max_hold_steps", max_hold_steps)
     nbytes = st.integers(1, max_bytes // 1024).map(lambda k: k * 1024)
     holds = st.integers(1, max_hold_steps)
-    return _kind(Allocate, None, nbytes=nbytes, hold_steps=holds)(space)
+    return _kind(space, Allocate, nbytes=nbytes, hold_steps=holds)
 
 
 def dropped_syncs(
@@ -180,7 +174,7 @@ def dropped_syncs(
     reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """Skipped barriers/collectives/synchronize on one rank. Shrinks to rank 0, step 0."""
-    return _kind(DropSync, SYNC)(_space(world_size, steps, sites, reach))
+    return _kind(_space(world_size, steps, sites, reach), DropSync)
 
 
 def reorders(
@@ -191,15 +185,17 @@ def reorders(
     reach: Reach | None = None,
     rank_divergent: bool = False,
 ) -> st.SearchStrategy[Fault]:
-    """Reordered reductions, the same order on every rank, as a real backend sums.
+    """Reordered reductions, the same order on every rank, as a real backend sums: the
+    orders a backend may pick (``DRAWN_ORDERS``). ``compressed`` (bf16 compression) is
+    never drawn: it is a configuration the program chooses, not an order.
 
     Shrinks to the first order ("reversed"), step 0. ``rank_divergent=True`` also draws a
     reorder on one rank only, which hands that rank a different sum: no backend does
     that, so it is a different program, judged as a desync (docs/explanation/oracle.md).
     """
-    orders = st.sampled_from(("reversed", "tree", "chunked", "premultiplied", "compressed"))
+    orders = st.sampled_from(DRAWN_ORDERS)
     space = _space(world_size, steps, sites, reach)
-    one_rank = _kind(ReorderReduction, REDUCTION, order=orders)(space)
+    one_rank = _kind(space, ReorderReduction, order=orders)
     every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
     return st.one_of(every_rank, one_rank) if rank_divergent else every_rank
 
@@ -227,7 +223,7 @@ def raises(
         name, args = fields.pop("error")
         return Raise(name, args, **fields)
 
-    return _kind(build, OFF_COLLECTIVES, error=kinds)(space)
+    return _kind(space, Raise, build, error=kinds)
 
 
 def crashes(
@@ -238,7 +234,7 @@ def crashes(
     reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
     """SIGKILL of one rank. Shrinks to rank 0, step 0, the first site."""
-    return _kind(Crash, None)(_space(world_size, steps, sites, reach))
+    return _kind(_space(world_size, steps, sites, reach), Crash)
 
 
 PREEMPT_AFTER = (0.0, 0.3)  # at the trigger, or a notice that lands mid-step
@@ -257,7 +253,7 @@ def preemptions(
     Shrinks to every rank at once, at the trigger (``after=0``), step 0.
     """
     after = st.sampled_from(PREEMPT_AFTER)
-    one_rank = _kind(Preempt, None, after=after)(_space(world_size, steps, sites, reach))
+    one_rank = _kind(_space(world_size, steps, sites, reach), Preempt, after=after)
     every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
     return st.one_of(every_rank, one_rank)
 
@@ -272,26 +268,22 @@ def corruptions(
     """NaN/Inf results. Shrinks to NaN, rank 0, step 0."""
     values = st.sampled_from(("nan", "inf"))
     space = _space(world_size, steps, sites, reach)
-    return _kind(Corrupt, RESULT, value=values)(space)
+    return _kind(space, Corrupt, value=values)
 
 
-_BUILDERS: dict[str, Callable[..., st.SearchStrategy[Fault]]] = {
-    "delay": delays,
-    "raise": raises,
-    "oom": ooms,
-    "drop_sync": dropped_syncs,
-    "crash": crashes,
-    "preempt": preemptions,
-    "allocate": allocations,
-    "reorder": reorders,
-    "corrupt": corruptions,
-}
-_CAPABILITY = {
-    "drop_sync": SYNC,
-    "reorder": REDUCTION,
-    "corrupt": RESULT,
-    "oom": OFF_COLLECTIVES,
-    "raise": OFF_COLLECTIVES,
+# Each kind's strategy, by fault class (a new kind adds its own): what one_fault draws for
+# each kind it may draw, called with world_size, steps, sites and reach.
+Builder = Callable[..., st.SearchStrategy[Fault]]
+KIND_STRATEGIES: dict[type[Fault], Builder] = {
+    Delay: delays,
+    Raise: raises,
+    OOM: ooms,
+    DropSync: dropped_syncs,
+    Crash: crashes,
+    Preempt: preemptions,
+    Allocate: allocations,
+    ReorderReduction: reorders,
+    Corrupt: corruptions,
 }
 
 
@@ -302,7 +294,6 @@ def one_fault(
     sites: Iterable[str] | None = None,
     reach: Reach | None = None,
     faults: Iterable[str] | None = None,
-    mode: str | None = None,
     in_process: bool = False,
 ) -> st.SearchStrategy[Fault]:
     """One fault of any allowed kind. Shrinks to the simplest kind, then as that kind does.
@@ -310,13 +301,12 @@ def one_fault(
     ``in_process=True`` never draws a crash (it would kill the process running the test).
     """
     space = _space(world_size, steps, sites, reach)
-    usable = [
-        k for k in _resolve_kinds(faults, mode, in_process) if space.can_take(_CAPABILITY.get(k))
-    ]
+    kinds = [FAULT_KINDS[k] for k in resolve_kinds(faults, in_process)]
+    usable = [cls for cls in kinds if space.can_take(cls.drawn_at)]
     if not usable:
         raise InvalidArgument(f"no fault kind can fire at sites={tuple(space.sites)!r}")
     options = {"world_size": world_size, "steps": steps, "sites": space.sites, "reach": reach}
-    return st.one_of(*(_BUILDERS[k](**options) for k in usable))
+    return st.one_of(*(KIND_STRATEGIES[cls](**options) for cls in usable))
 
 
 def schedules(
@@ -326,7 +316,6 @@ def schedules(
     sites: Iterable[str] | None = None,
     reach: Reach | None = None,
     faults: Iterable[str] | None = None,
-    mode: str | None = None,
     max_faults: int = 3,
     memory_budget: MemoryBudget | None = None,
     in_process: bool = False,
@@ -341,23 +330,20 @@ def schedules(
     named). ``reach`` (a run's recorded reach) draws only the (site, step) points that run
     reached, over the whole run, with weight on the user's own hooks; without it, steps
     are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. With crashes
-    or preemptions it also draws one restart (shrinking to none). ``mode`` is a
-    deprecated filter of
-    kinds: ``"survive"`` keeps delays, reorders and allocations, ``"fail-cleanly"``
-    raised errors, OOMs, dropped syncs and crashes.
+    or preemptions it also draws one restart (shrinking to none).
     """
-    _check_positive("max_faults", max_faults)
+    check_bounded_int("max_faults", max_faults, 1, MAX_FAULTS, FAULTS_WHY)
     one = one_fault(
         world_size=world_size,
         steps=steps,
         sites=sites,
         reach=reach,
         faults=faults,
-        mode=mode,
         in_process=in_process,
     )
     # After a crash or a preemption a cluster restarts the job: draw that too.
-    killing = not in_process and bool(set(_resolve_kinds(faults, mode)) & set(KILLING_KINDS))
+    kinds = resolve_kinds(faults, in_process)
+    killing = not in_process and any(FAULT_KINDS[k].kills_process for k in kinds)
     restarts = st.sampled_from((0, 1)) if killing else st.just(0)
     return st.builds(
         lambda items, again: Schedule(items, memory_budget=memory_budget, restarts=again),

@@ -14,28 +14,26 @@ released first, a rank could end with gloo's error before it knew it was hung.
 
 from __future__ import annotations
 
-import base64
-import json
-import pickle
+import selectors
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaoslight._report import CRASHED, HUNG, ExceptionInfo, RankResult, settle, signal_name
-from chaoslight._runtime._events import FIRED, Event, merge
+from chaoslight._report import CRASHED, HUNG, PASSED, RankResult, settle, signal_name
+from chaoslight._runtime._events import FIRED, NOTE, Event, merge, read_event_log
 from chaoslight._sites import _damage
+from chaoslight._world._pump import pump
 from chaoslight._world._slot import Slot
 from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen, Verdict
+from chaoslight._world._wire import Beat, Dump, Hang, Reply, Result, Snapshot, decode_pickle
 
 RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
 SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
 ERROR_MARKERS = ("what():", "Fatal Python error")
 WAVEFRONT = True  # False: only the watchdogs' timeout finds hangs (for comparison)
 ACK_S = 1.0  # ranks told they are hung are released once all answered, or after this
-
-Pump = Callable[[float], list[tuple[Slot, "dict[str, Any] | None"]]]
+DURING = (Beat, Hang, Snapshot, Result)  # the replies about one example, naming it by its id
 
 
 @dataclass
@@ -43,11 +41,11 @@ class Watch:
     """What the parent knows about one rank during one example."""
 
     heard: float
-    result: dict[str, Any] | None = None
+    result: Result | None = None
     died: bool = False
     killed: bool = False
-    hang: dict[str, Any] | None = None
-    snapshot: dict[str, Any] | None = None
+    hang: Hang | None = None
+    snapshot: Snapshot | None = None
     asked: bool = False
     ended_s: float | None = None  # seconds from the example's start to its result or death
     front: Front | None = None  # the collective it last said it is blocked in
@@ -57,17 +55,16 @@ class Watch:
     def pending(self) -> bool:
         return self.result is None and not self.died and not self.killed
 
-    def take(self, msg: dict[str, Any]) -> bool:
+    def take(self, msg: Reply) -> bool:
         """Record one message from the rank; True if it reports a hang."""
-        op = msg.get("op")
-        if op == "hang":
+        if isinstance(msg, Hang):
             self.hang = msg
             return True
-        elif op == "beat":
-            self.front, self.front_at = Front.from_dict(msg.get("front")), time.monotonic()
-        elif op == "snapshot":
+        if isinstance(msg, Beat):
+            self.front, self.front_at = msg.front, time.monotonic()
+        elif isinstance(msg, Snapshot):
             self.snapshot = msg
-        elif op == "result":
+        elif isinstance(msg, Result):
             self.result = msg
         return False
 
@@ -76,10 +73,15 @@ class Example:
     """The parent's side of one ``run``: ``collect()`` the messages, then ``results()``."""
 
     def __init__(
-        self, ident: int, slots: list[Slot], timeout: float, folder: Path, pump: Pump
+        self,
+        ident: int,
+        slots: list[Slot],
+        timeout: float,
+        folder: Path,
+        selector: selectors.BaseSelector,
     ) -> None:
         self.ident, self.slots, self.timeout = ident, slots, timeout
-        self.folder, self.pump = folder, pump
+        self.folder, self.selector = folder, selector
         self.offsets = {slot.rank: slot.output_size() for slot in slots}
         self.start = time.monotonic()
         self.wall_s = 0.0
@@ -112,14 +114,14 @@ class Example:
                 if now >= self.first_hang + RELEASE_GRACE_S:
                     self._kill_pending()
                     break
-            for slot, msg in self.pump(self._wake_at(now)):
+            for slot, msg in pump(self.selector, self._wake_at(now)):
                 watch = self.watches.get(slot.rank)
                 if watch is None or slot not in self.slots:
                     continue
                 watch.heard = time.monotonic()
                 if msg is None:
                     watch.died = True
-                elif msg.get("id") == self.ident and watch.take(msg):
+                elif isinstance(msg, DURING) and msg.id == self.ident and watch.take(msg):
                     self._hung(watch.heard)
                 if not watch.pending and watch.ended_s is None:
                     watch.ended_s = watch.heard - self.start
@@ -132,9 +134,8 @@ class Example:
         then the files the ranks' faults damaged go back (``_sites._damage``): now, or at
         the end of the job when the example is one run of a schedule with restarts."""
         try:
-            events = merge(
-                e for slot in self.slots for e in read_events(self.events_path(slot.rank))
-            )
+            logs = [read_events(self.events_path(slot.rank), slot.rank) for slot in self.slots]
+            events = merge(event for log in logs for event in log)
             results = [
                 rank_result(
                     slot,
@@ -156,10 +157,8 @@ class Example:
         for rank, watch in self.watches.items():
             limit = self.timeout + SILENCE_S  # the watchdog thread beats every second
             if watch.pending and watch.hang is None and now - watch.heard > limit:
-                watch.hang = {
-                    "line": f"rank {rank} stopped answering "
-                    f"({now - watch.heard:.1f} s without a message)"
-                }
+                silent = f"{now - watch.heard:.1f} s without a message"
+                watch.hang = Hang(self.ident, rank, f"rank {rank} stopped answering ({silent})")
                 self._hung(now)
 
     def _seen(self) -> list[Seen]:
@@ -167,7 +166,7 @@ class Example:
         for rank, watch in self.watches.items():
             ended = None if watch.ended_s is None else self.start + watch.ended_s
             how = "died" if watch.died else "returned"
-            if watch.result is not None and watch.result.get("status") != "passed":
+            if watch.result is not None and watch.result.status != PASSED:
                 how = "raised"
             out.append(Seen(rank, watch.pending, watch.front, watch.front_at, ended, how))
         return out
@@ -181,13 +180,13 @@ class Example:
             self._hung(now)
             for slot in self._blocked():
                 self.watches[slot.rank].asked = True  # it reports its position with the hang
-                slot.send(op="dump", id=self.ident, hung=self.verdict.why(slot.rank))
+                slot.send(Dump(self.ident, hung=self.verdict.why(slot.rank)))
         elif not self.let_go:
             answered = all(self.watches[slot.rank].hang is not None for slot in self._blocked())
             if answered or now >= (self.first_hang or now) + ACK_S:
                 self.let_go = True
                 for slot in self._blocked():
-                    slot.send(op="dump", id=self.ident, release=True)
+                    slot.send(Dump(self.ident, release=True))
 
     def _blocked(self) -> list[Slot]:
         """The slots of pending ranks the verdict names."""
@@ -211,53 +210,51 @@ class Example:
             watch = self.watches[slot.rank]
             if watch.pending and watch.hang is None and not watch.asked:
                 watch.asked = True
-                slot.send(op="dump", id=self.ident)
+                slot.send(Dump(self.ident))
 
     def _kill_pending(self) -> None:
         for slot in self.slots:
             if self.watches[slot.rank].pending:
-                slot.signal()
+                slot.kill()
                 self.watches[slot.rank].killed = True
 
 
-def read_events(path: Path) -> list[Event]:
-    """A rank's event log; a line cut short by a kill is skipped."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    events = []
-    for line in text.splitlines():
-        try:
-            events.append(Event.from_dict(json.loads(line)))
-        except (ValueError, TypeError):
-            continue
-    return events
+def read_events(path: Path, rank: int) -> list[Event]:
+    """Rank ``rank``'s event log (``read_event_log``): a last line cut short by a kill is
+    skipped; other lines that are not events are skipped and said so in a note."""
+    log = read_event_log(path)
+    if not log.malformed:
+        return list(log.events)
+    plural = "s" if log.malformed != 1 else ""
+    detail = f"{log.malformed} malformed line{plural} skipped in {path.name}"
+    note = Event(NOTE, "event log", rank, None, time.monotonic(), time.time(), detail=detail)
+    return [*log.events, note]
 
 
-def unpickle(blob: str | None) -> Any:
+def returned_value(blob: str | None) -> Any:
+    """The value a rank returned, or None where it could not be sent or is not importable
+    here (``value_repr`` still says what it was)."""
     if blob is None:
         return None
     try:
-        return pickle.loads(base64.b64decode(blob))
+        return decode_pickle(blob)
     except Exception:
         return None
 
 
 def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> RankResult:
     """One rank's result from what the parent saw: a result message, a kill, or a death."""
-    seen = watch.hang or watch.snapshot or {}
-    line, stacks = seen.get("line") or "", seen.get("stacks") or ""
+    seen = watch.hang or watch.snapshot
+    line, stacks = (seen.line, seen.stacks) if seen is not None else ("", "")
     own = watch.front is not None and watch.front.by_program
     if watch.result is not None:
         msg = watch.result
-        error = msg.get("exception")
         return RankResult(
             slot.rank,
-            HUNG if msg.get("hung") else msg["status"],
-            ExceptionInfo.from_dict(error) if error else None,
-            unpickle(msg.get("value")),
-            msg.get("value_repr"),
+            HUNG if msg.hung else msg.status,
+            msg.exception,
+            returned_value(msg.value),
+            msg.value_repr,
             evidence=line,
             stacks=stacks,
             output=output,

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
-import pickle
 import selectors
 import shutil
 import sys
@@ -13,6 +11,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
 from chaoslight._world._example import Example, Watch
 from chaoslight._world._judging import judge
-from chaoslight._world._pump import Lost, Messages, pump
+from chaoslight._world._pump import Lost, pump
 from chaoslight._world._restart import run_with_restarts
 from chaoslight._world._slot import (
     Slot,
@@ -38,6 +37,17 @@ from chaoslight._world._slot import (
     worker_environment,
 )
 from chaoslight._world._target import Target, parse_target
+from chaoslight._world._wire import (
+    GROUP_KEPT,
+    Answer,
+    Init,
+    Inited,
+    Resolve,
+    Resolved,
+    Run,
+    Store,
+    encode_pickle,
+)
 
 DEFAULT_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0  # importing torch and Lightning in every rank at once
@@ -168,7 +178,7 @@ class World:
         timeout = check_seconds("timeout", timeout)
         checked = as_checks(checks)  # objects, or names such as "replicas-in-sync"
         timeout = progress_timeout(checked, timeout)
-        blob = base64.b64encode(pickle.dumps(checked)).decode() if checked else None
+        blob = encode_pickle(checked) if checked else None
         try:
 
             def rerun(
@@ -248,14 +258,11 @@ class World:
 
     def _abandon(self) -> None:
         for slot in self._live():
-            slot.signal()
+            slot.kill()
         self._group_ok = False
 
     def _live(self) -> list[Slot]:
         return [slot for slot in self._slots if slot is not None]
-
-    def _pump(self, deadline: float) -> Messages:
-        return pump(self._selector, deadline)
 
     def _prepare(self, timeout: float) -> None:
         self._spawn_missing()
@@ -269,7 +276,7 @@ class World:
         while not all(slot.ready for slot in slots):
             if time.monotonic() > deadline:
                 raise WorkersDidNotStart(f"World workers did not start in {self.start_timeout:g} s")
-            for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
+            for slot, msg in pump(self._selector, min(deadline, time.monotonic() + 1.0)):
                 if msg is None and slot in slots:
                     raise startup_failure(slot)
 
@@ -289,38 +296,33 @@ class World:
         self._gen += 1
         gen, slots = self._gen, self._live()
         deadline = time.monotonic() + INIT_TIMEOUT_S
-        slots[0].send(op="init", rank=0, size=self.size, gen=gen, port=0, timeout=timeout)
-        first = self._replies(slots[:1], ("store", "inited"), deadline, gen=gen)[0]
-        if first["op"] == "inited":
-            raise no_group(first.get("error"))
+        slots[0].send(Init(0, self.size, gen, port=0, timeout=timeout))
+        first = self._replies(slots[:1], (Store, Inited), gen, deadline)[0]
+        if isinstance(first, Inited):  # rank 0 could not even host the store
+            raise no_group(first.error)
+        port = first.port if isinstance(first, Store) else 0
         for slot in slots[1:]:
-            slot.send(
-                op="init",
-                rank=slot.rank,
-                size=self.size,
-                gen=gen,
-                port=first["port"],
-                timeout=timeout,
-            )
-        for reply in self._replies(slots, ("inited",), deadline, gen=gen).values():
-            if not reply["ok"]:
-                raise no_group(reply["error"])
+            slot.send(Init(slot.rank, self.size, gen, port, timeout))
+        for reply in self._replies(slots, (Inited,), gen, deadline).values():
+            if isinstance(reply, Inited) and reply.error is not None:
+                raise no_group(reply.error)
         self._group_ok = True
 
     def _replies(
-        self, slots: list[Slot], ops: tuple[str, ...], deadline: float, **match: Any
-    ) -> dict[int, dict[str, Any]]:
-        got: dict[int, dict[str, Any]] = {}
+        self, slots: list[Slot], kinds: tuple[type[Answer], ...], number: int, deadline: float
+    ) -> dict[int, Answer]:
+        """Each of ``slots``' answer (one of ``kinds``) to command ``number``, by rank."""
+        got: dict[int, Answer] = {}
         while len(got) < len(slots):
             if time.monotonic() > deadline:
                 missing = sorted({s.rank for s in slots} - set(got))
-                raise no_answer(missing, ops[-1])
-            for slot, msg in self._pump(min(deadline, time.monotonic() + 1.0)):
+                raise no_answer(missing, kinds[-1].OP)
+            for slot, msg in pump(self._selector, min(deadline, time.monotonic() + 1.0)):
                 if slot not in slots:
                     continue
                 if msg is None:
                     raise Lost(slot)
-                if msg.get("op") in ops and all(msg.get(k) == v for k, v in match.items()):
+                if isinstance(msg, kinds) and msg.answers == number:
                     got[slot.rank] = msg
         return dict(sorted(got.items()))
 
@@ -332,15 +334,15 @@ class World:
             return
         self._count += 1
         for slot in slots:
-            slot.send(op="resolve", id=self._count, target=spec.to_dict())
+            slot.send(Resolve(self._count, spec))
         deadline = time.monotonic() + self.start_timeout
         try:
-            replies = self._replies(slots, ("resolved",), deadline, id=self._count)
+            replies = self._replies(slots, (Resolved,), self._count, deadline)
         except Lost as lost:
             raise startup_failure(lost.slot) from None
         for reply in replies.values():
-            if not reply["ok"]:
-                raise InvalidArgument(reply["error"])
+            if isinstance(reply, Resolved) and reply.error is not None:
+                raise InvalidArgument(reply.error)
         for slot in slots:
             slot.resolved.add(spec)
 
@@ -362,21 +364,11 @@ class World:
         work = workdir if workdir is not None else folder / "work"
         work.mkdir(parents=True, exist_ok=True)
         folder.mkdir(parents=True, exist_ok=True)
-        example = Example(self._count, slots, timeout, folder, self._pump)
+        example = Example(self._count, slots, timeout, folder, self._selector)
         text = plan.to_json(indent=None)
+        run = Run(example.ident, spec, text, timeout, str(work), "", checks, resume_from, trace)
         for slot in slots:
-            slot.send(
-                op="run",
-                id=example.ident,
-                target=spec.to_dict(),
-                schedule=text,
-                timeout=timeout,
-                workdir=str(work),
-                events=str(example.events_path(slot.rank)),
-                checks=checks,
-                resume_from=resume_from,
-                trace=trace,
-            )
+            slot.send(replace(run, events=str(example.events_path(slot.rank))))
         example.collect()
         ranks, events = example.results()
         self._recover(slots, example.watches)
@@ -387,6 +379,6 @@ class World:
         """Replace dead workers now; mark the group for re-creation unless every rank kept it."""
         for slot in slots:
             result = watches[slot.rank].result
-            if slot.dead or result is None or result.get("group") != "ok":
+            if slot.dead or result is None or result.group != GROUP_KEPT:
                 self._group_ok = False
         self._spawn_missing()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import selectors
 import time
-from typing import Any
 
 from chaoslight._world._slot import Slot
+from chaoslight._world._wire import Ready, Reply
 
-Messages = list[tuple[Slot, "dict[str, Any] | None"]]
+Messages = list[tuple[Slot, Reply | None]]
 
 
 class Lost(Exception):
@@ -21,13 +21,13 @@ class Lost(Exception):
 
 def pump(selector: selectors.BaseSelector, deadline: float) -> Messages:
     """Messages that arrive before ``deadline``; ``None`` for a pipe that closed (its slot
-    is then marked dead and unregistered). A ``ready`` marks its slot ready instead."""
+    is then marked dead and unregistered). A ``Ready`` marks its slot ready instead."""
     out: Messages = []
     for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
         slot: Slot = key.data
         messages, eof = slot.read()
         for msg in messages:
-            if msg.get("op") == "ready":
+            if isinstance(msg, Ready):
                 slot.ready = True
             else:
                 out.append((slot, msg))

@@ -15,6 +15,7 @@ from typing import Any
 
 from chaoslight._runtime._proc import die_with_parent, exited
 from chaoslight._schedule import ChaosError
+from chaoslight._world._wire import Command, Dump, Reply, decode, encode
 
 # The environment contract with the worker processes (read in _worker).
 PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
@@ -95,7 +96,8 @@ class WorkersDidNotStart(ChaosError):
 
 
 class Slot:
-    """A worker process: commands go down one pipe, JSON-line messages come up another.
+    """A worker process: commands go down one pipe (``Dump`` down a second), replies come
+    up a third (``_wire``'s messages).
 
     The worker leads its own session, so ``kill`` takes down anything it started too.
     """
@@ -140,10 +142,10 @@ class Slot:
     def pid(self) -> int:
         return self.proc.pid
 
-    def send(self, **msg: Any) -> bool:
-        """Write one command (``dump`` goes to the reader thread); False if the worker is gone."""
-        data = memoryview((json.dumps(msg) + "\n").encode())
-        fd = self.ctl if msg.get("op") == "dump" else self.cmd
+    def send(self, msg: Command) -> bool:
+        """Write one command (``Dump`` goes to the reader thread); False if the worker is gone."""
+        data = memoryview(encode(msg))
+        fd = self.ctl if isinstance(msg, Dump) else self.cmd
         try:
             while data:
                 data = data[os.write(fd, data) :]
@@ -151,7 +153,7 @@ class Slot:
             return False
         return True
 
-    def read(self) -> tuple[list[dict[str, Any]], bool]:
+    def read(self) -> tuple[list[Reply], bool]:
         """Every complete message available now, and whether the pipe has reached its end."""
         chunks = []
         eof = False
@@ -169,7 +171,7 @@ class Slot:
             chunks.append(chunk)
         lines = (self.buffer + b"".join(chunks)).split(b"\n")
         self.buffer = lines.pop()
-        return [json.loads(line) for line in lines if line.strip()], eof
+        return [decode(line, Reply) for line in lines if line.strip()], eof
 
     def reap(self, wait: float = 2.0) -> int | None:
         """The exit status (negative: killed by that signal), waiting up to ``wait`` s.
@@ -182,7 +184,7 @@ class Slot:
             self._kill_group()
         return self.proc.wait()
 
-    def signal(self) -> None:
+    def kill(self) -> None:
         """SIGKILL the worker's whole process group (a stuck gloo rank ignores SIGTERM)."""
         self._kill_group()
         self.dead = True
@@ -196,7 +198,7 @@ class Slot:
 
     def close(self) -> None:
         """Kill (if alive), reap, and close the pipes."""
-        self.signal()
+        self.kill()
         self.reap(wait=10.0)
         for fd in (self.cmd, self.ctl, self.msgs):
             with contextlib.suppress(OSError):
@@ -274,7 +276,7 @@ def shutdown(
         return
     live = list(every)
     for slot in live:
-        slot.signal()
+        slot.kill()
     for slot in live:
         slot.close()
     selector.close()

@@ -31,18 +31,6 @@ class Target:
     path: str | None = None
     module: str | None = None
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {
-            "text": self.text,
-            "function": self.function,
-            "path": self.path,
-            "module": self.module,
-        }
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> Target:
-        return cls(doc["text"], doc["function"], doc.get("path"), doc.get("module"))
-
 
 def _dotted(name: str) -> bool:
     return bool(name) and all(part.isidentifier() for part in name.split("."))

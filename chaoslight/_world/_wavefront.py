@@ -94,34 +94,6 @@ class Front:
         caller = f" from {self.caller}" if self.caller else ""
         return f"collective #{self.seq}, {self.site}{caller}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "site": self.site,
-            "seq": self.seq,
-            "call": self.call,
-            "step": self.step,
-            "blocked_s": round(self.blocked_s, 3),
-            "caller": self.caller,
-            "by_program": self.by_program,
-        }
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any] | None) -> Front | None:
-        if not doc:
-            return None
-        try:
-            return cls(
-                str(doc["site"]),
-                int(doc["seq"]),
-                int(doc["call"]),
-                doc.get("step"),
-                float(doc["blocked_s"]),
-                str(doc.get("caller") or ""),
-                bool(doc.get("by_program", False)),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
 
 # -- the worker's side ----------------------------------------------------------------------
 def _folder(module: str) -> str:

@@ -1,41 +1,39 @@
 """The child side of a World: one rank, started once, running example after example.
 
-Started as ``python -m chaoslight._world._worker CMD_FD CTL_FD MSG_FD``. Commands arrive
-as JSON lines on CMD_FD, read by the main thread between examples: ``init`` (create the
-gloo group), ``resolve`` (import a target), ``run`` (one example), ``exit``. CTL_FD
-carries ``dump`` (where are you now?), answered by a reader thread even while the main
-thread is stuck. Replies leave as JSON lines on MSG_FD (stdout and stderr belong to the
-target): ``ready``, ``store``, ``inited``, ``resolved``, ``beat``, ``hang``, ``snapshot``,
-``result``. End of file on either command pipe means the parent is gone.
+Started as ``python -m chaoslight._world._worker CMD_FD CTL_FD MSG_FD``; the messages on
+those pipes are ``_wire``'s. Commands arrive on CMD_FD, read by the main thread between
+examples (``Init``, ``Resolve``, ``Run``). CTL_FD carries ``Dump`` (where are you now?),
+answered by a reader thread even while the main thread is stuck. Replies leave on MSG_FD
+(stdout and stderr belong to the target). End of file on either command pipe means the
+parent is gone.
 
 During an example the watchdog thread looks at the main thread every ``TICK_S``: a
-``beat`` goes up every second, and every ``FRONT_EVERY_S`` while the main thread is
-blocked in a collective, carrying that collective (``front``, see ``_wavefront``). A
-``dump`` with ``hung`` (the parent saw the ranks' collectives part ways) is answered with
-a ``hang`` report; one with ``release`` shuts the process group's connections down, so
+``Beat`` goes up every second, and every ``FRONT_EVERY_S`` while the main thread is
+blocked in a collective, carrying that collective (``Front``, see ``_wavefront``). A
+``Dump`` with ``hung`` (the parent saw the ranks' collectives part ways) is answered with
+a ``Hang`` report; one with ``release`` shuts the process group's connections down, so
 that gloo lets the rank go at once.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import faulthandler
 import gc
 import importlib
 import json
 import os
-import pickle
 import shutil
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from chaoslight._report import ExceptionInfo
+from chaoslight._report import FAILED, PASSED, ExceptionInfo
 from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
 from chaoslight._runtime._protocol import observed_sites
 from chaoslight._runtime._stacks import dump_stacks, snapshot
@@ -56,6 +54,30 @@ from chaoslight._world._wavefront import (
     Tracker,
     only_group,
 )
+from chaoslight._world._wire import (
+    GROUP_DESTROYED,
+    GROUP_KEPT,
+    GROUP_LOST,
+    Beat,
+    Command,
+    Dump,
+    Hang,
+    Init,
+    Inited,
+    Ready,
+    Reply,
+    Resolve,
+    Resolved,
+    Result,
+    Run,
+    Snapshot,
+    Store,
+    WireError,
+    decode,
+    decode_pickle,
+    encode,
+    encode_pickle,
+)
 
 ADDRESS = "127.0.0.1"
 PG_MARGIN_S = 1.0  # gloo's timeout is the example's plus this, so the watchdog fires first
@@ -73,18 +95,18 @@ GLOO_MARKERS = (
 
 
 class Channel:
-    """JSON lines to the parent (thread-safe); commands for the main thread on one pipe,
-    ``dump`` requests on another, read by a thread so they are answered while stuck."""
+    """Replies to the parent (thread-safe); commands for the main thread on one pipe,
+    ``Dump`` requests on another, read by a thread so they are answered while stuck."""
 
     def __init__(self, cmd_fd: int, ctl_fd: int, msg_fd: int) -> None:
         self.out = msg_fd
         self.lock = threading.Lock()
         self.cmd = os.fdopen(cmd_fd, "rb")
-        self.on_dump: Callable[[dict[str, Any]], None] = lambda msg: None
+        self.on_dump: Callable[[Dump], None] = lambda msg: None
         self.reader = threading.Thread(target=self._read, args=(ctl_fd,), daemon=True)
 
-    def send(self, **msg: Any) -> None:
-        data = memoryview((json.dumps(msg) + "\n").encode())
+    def send(self, msg: Reply) -> None:
+        data = memoryview(encode(msg))
         with self.lock:
             try:
                 while data:
@@ -92,16 +114,16 @@ class Channel:
             except OSError:
                 orphaned()
 
-    def commands(self) -> Iterator[dict[str, Any]]:
+    def commands(self) -> Iterator[Command]:
         """The parent's commands, read by the main thread itself (no thread hand-off)."""
         for line in self.cmd:
-            yield json.loads(line)
+            yield decode(line, Command)
         orphaned()  # end of file: the parent is gone
 
     def _read(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as stream:
             for line in stream:
-                self.on_dump(json.loads(line))
+                self.on_dump(decode(line, Dump))
         orphaned()
 
 
@@ -135,17 +157,18 @@ def _is_distributed(exc: BaseException) -> bool:
     return False
 
 
-def _value(value: Any) -> dict[str, Any]:
+def returned(ident: int, rank: int, value: Any) -> Result:
+    """A passing result: the value pickled (None if it does not pickle or is too big to
+    send), and its repr."""
     try:
         text = repr(value)
     except Exception as exc:
         text = f"<unrepresentable {type(value).__name__}: {exc}>"
     try:
-        data = pickle.dumps(value)
-        blob = base64.b64encode(data).decode() if len(data) <= MAX_VALUE_BYTES else None
+        blob = encode_pickle(value, MAX_VALUE_BYTES)
     except Exception:
         blob = None
-    return {"value": blob, "value_repr": text[:2000]}
+    return Result(ident, rank, PASSED, value=blob, value_repr=text[:2000])
 
 
 class Worker:
@@ -177,30 +200,34 @@ class Worker:
         channel.on_dump = self.dump
 
     def serve(self) -> None:
-        handlers = {"init": self.init, "resolve": self.resolve, "run": self.run}
         for msg in self.channel.commands():
-            if msg["op"] == "exit":
-                return
-            handlers[msg["op"]](msg)
+            if isinstance(msg, Init):
+                self.init(msg)
+            elif isinstance(msg, Resolve):
+                self.resolve(msg)
+            elif isinstance(msg, Run):
+                self.run(msg)
+            else:  # a Dump belongs on the control pipe
+                raise WireError(f"{msg.OP!r} came on the command pipe")
 
     # -- the process group ------------------------------------------------------------
-    def init(self, msg: dict[str, Any]) -> None:
+    def init(self, msg: Init) -> None:
         """(Re)create the gloo group on a fresh store; rank 0 hosts it on a free port."""
         import torch.distributed as dist
 
         self.release()
-        rank, size, gen = msg["rank"], msg["size"], msg["gen"]
+        rank, size, gen = msg.rank, msg.size, msg.gen
         self.rank = rank
         os.environ.update(torchrun_variables(rank, size, ADDRESS))
         try:
             wait = timedelta(seconds=STORE_TIMEOUT_S)
             if rank == 0:
                 store = dist.TCPStore(ADDRESS, 0, size, True, timeout=wait, wait_for_workers=False)
-                self.channel.send(op="store", gen=gen, port=store.port)
+                self.channel.send(Store(gen, store.port))
             else:
-                store = dist.TCPStore(ADDRESS, msg["port"], size, False, timeout=wait)
+                store = dist.TCPStore(ADDRESS, msg.port, size, False, timeout=wait)
             os.environ["MASTER_PORT"] = str(store.port)
-            self.timeout = float(msg["timeout"])
+            self.timeout = msg.timeout
             self.sockets.creating()
             dist.init_process_group(
                 "gloo",
@@ -212,9 +239,9 @@ class Worker:
             self.store, self.group = store, dist.group.WORLD
             self.sockets.created(store.port)
         except Exception as exc:
-            self.channel.send(op="inited", gen=gen, ok=False, error=f"{type(exc).__name__}: {exc}")
+            self.channel.send(Inited(gen, error=f"{type(exc).__name__}: {exc}"))
             return
-        self.channel.send(op="inited", gen=gen, ok=True)
+        self.channel.send(Inited(gen))
 
     def release(self) -> None:
         """Free the last example's objects (DDP reducers first), then destroy the group."""
@@ -229,16 +256,16 @@ class Worker:
         self.group = self.store = None
 
     def settle(self, clean: bool) -> str:
-        """After an example: ``ok`` (group kept), ``destroyed`` (to release peers) or ``lost``."""
+        """After an example: the group kept, destroyed (to release peers) or lost."""
         import torch.distributed as dist
 
         if not dist.is_initialized() or dist.group.WORLD is not self.group:
             self.release()  # the target destroyed the group (or replaced it)
-            return "lost"
+            return GROUP_LOST
         if not clean:
             self.release()
-            return "destroyed"
-        return "ok"
+            return GROUP_DESTROYED
+        return GROUP_KEPT
 
     def set_timeout(self, timeout: float) -> None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
@@ -248,68 +275,64 @@ class Worker:
             self.timeout = timeout
 
     # -- examples ---------------------------------------------------------------------
-    def load(self, doc: dict[str, Any]) -> Callable[[], Any]:
-        target = Target.from_dict(doc)
+    def load(self, target: Target) -> Callable[[], Any]:
         if target not in self.targets:
             self.targets[target] = load_target(target)
         return self.targets[target]
 
-    def resolve(self, msg: dict[str, Any]) -> None:
+    def resolve(self, msg: Resolve) -> None:
         try:
-            self.load(msg["target"])
+            self.load(msg.target)
         except Exception as exc:
-            self.channel.send(op="resolved", id=msg["id"], ok=False, error=str(exc))
+            self.channel.send(Resolved(msg.id, error=str(exc)))
             return
-        self.channel.send(op="resolved", id=msg["id"], ok=True)
+        self.channel.send(Resolved(msg.id))
 
-    def run(self, msg: dict[str, Any]) -> None:
-        self.current, self.hang = msg["id"], None
+    def run(self, msg: Run) -> None:
+        self.current, self.hang = msg.id, None
         self.tracker.reset()
         self.sent_at, self.sent_front = 0.0, False
-        self.set_timeout(float(msg["timeout"]))
-        environ = self.baseline.enter(msg["workdir"])
+        self.set_timeout(msg.timeout)
+        environ = self.baseline.enter(msg.workdir)
         try:
-            reply = self.call(msg)
+            result = self.call(msg)
         finally:
             self.baseline.restore(environ)
         self.current = None
-        reply["group"] = self.settle(clean=reply["status"] == "passed" and self.hang is None)
-        self.channel.send(
-            op="result", id=msg["id"], rank=self.rank, hung=self.hang is not None, **reply
-        )
+        hung = self.hang is not None
+        group = self.settle(clean=result.status == PASSED and not hung)
+        self.channel.send(replace(result, hung=hung, group=group))
         gc.collect()  # after replying: this example's DDP reducer goes while its group lives
         gc.freeze()  # what survives an example is long-lived: later collections skip it
 
-    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def call(self, msg: Run) -> Result:
         """Run the target once under the schedule and the watchdog; never raises."""
         try:
-            target = self.load(msg["target"])
-            schedule = Schedule.from_json(msg["schedule"])
-            checks = unpickle_checks(msg.get("checks"))
+            target = self.load(msg.target)
+            schedule = Schedule.from_json(msg.schedule)
+            checks = unpickle_checks(msg.checks)
             observed = PROGRESS_SITES | observed_sites(checks)
             with (
                 inject(
                     schedule,
-                    events_file=msg["events"],
+                    events_file=msg.events,
                     observe=observed,
                     checks=checks,
                     judge=False,
-                    resume_from=msg.get("resume_from"),
+                    resume_from=msg.resume_from,
                     allow_crash=True,  # a rank is a process of its own: a crash kills only it
-                    trace=bool(msg.get("trace")),
+                    trace=msg.trace,
                 ),
-                self.dog.watching(float(msg["timeout"])),
+                self.dog.watching(msg.timeout),
             ):
                 value = target()
         except BaseException as exc:
-            return {"status": "failed", "exception": exception_info(exc).to_dict()}
-        return {"status": "passed", **_value(value)}
+            return Result(msg.id, self.rank, FAILED, exception=exception_info(exc))
+        return returned(msg.id, self.rank, value)
 
     def on_hang(self, report: HangReport) -> None:
         self.hang = report
-        self.channel.send(
-            op="hang", id=self.current, rank=self.rank, line=report.line(), stacks=report.stacks
-        )
+        self.channel.send(Hang(self.current, self.rank, report.line(), report.stacks))
 
     def beat(self) -> None:
         """Every tick: a beat each second, or sooner with the collective it is blocked in."""
@@ -318,35 +341,30 @@ class Worker:
         since = time.monotonic() - self.sent_at
         if blocked != self.sent_front or since >= (FRONT_EVERY_S if blocked else BEAT_S):
             self.sent_at, self.sent_front = time.monotonic(), blocked
-            doc = front.to_dict() if front is not None and blocked else None
-            self.channel.send(op="beat", id=self.current, front=doc)
+            self.channel.send(Beat(self.current, front if blocked else None))
 
-    def dump(self, msg: dict[str, Any]) -> None:
-        """Answer ``dump`` from the reader thread: where the main thread is, all stacks.
+    def dump(self, msg: Dump) -> None:
+        """Answer ``Dump`` from the reader thread: where the main thread is, all stacks.
 
         With ``hung`` (why the parent holds the example hung), report it as a hang; with
         ``release``, shut the process group's connections so gloo raises in the blocked
         collective."""
-        if self.current != msg.get("id"):
+        if self.current != msg.id:
             return
-        if msg.get("release"):
+        if msg.release:
             self.sockets.release()
             return
         position, stacks = snapshot(), dump_stacks()
-        why = msg.get("hung")
-        if why is None:
-            self.channel.send(
-                op="snapshot", id=msg["id"], rank=self.rank, line=position.line(), stacks=stacks
-            )
+        if msg.hung is None:
+            self.channel.send(Snapshot(msg.id, self.rank, position.line(), stacks))
             return
         self.hang = HangReport(position, self.timeout or 0.0, stacks)
-        line = f"{position.line()}; {why}"
-        self.channel.send(op="hang", id=msg["id"], rank=self.rank, line=line, stacks=stacks)
+        self.channel.send(Hang(msg.id, self.rank, f"{position.line()}; {msg.hung}", stacks))
 
 
 def unpickle_checks(blob: str | None) -> list[Any]:
     """The example's check objects (their observers run here; the parent judges)."""
-    return list(pickle.loads(base64.b64decode(blob))) if blob else []
+    return list(decode_pickle(blob)) if blob else []
 
 
 def _prepare() -> None:
@@ -372,7 +390,7 @@ def main(argv: list[str]) -> None:
     channel.reader.start()
     _prepare()
     worker = Worker(channel)
-    channel.send(op="ready", pid=os.getpid())
+    channel.send(Ready(os.getpid()))
     worker.serve()
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: DDP processes sometimes abort there

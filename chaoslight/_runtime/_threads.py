@@ -1,0 +1,41 @@
+"""Each thread's view of the sites: which it is inside, and whether its calls are
+chaoslight's own. A DataLoader worker thread or a user thread calling a site must
+neither see the main thread's sites as its own nor pop the main thread's entries; a
+watchdog reads another thread's stack by its ident."""
+
+from __future__ import annotations
+
+import threading
+
+Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
+
+
+class PerThread(threading.local):
+    """One thread's view: how deep it is in chaoslight's own calls (``depth``), the sites
+    it is inside (``inside``) and their entries (``stack``, outermost first).
+
+    ``depth`` is a class default, as a missing attribute costs an exception on every
+    lookup; the others are made per thread, and the stack registered by thread ident so
+    that another thread (a watchdog) can read it.
+    """
+
+    depth = 0
+
+    def __init__(self, stacks: dict[int, list[Progress]]) -> None:
+        self.inside: set[str] = set()
+        self.stack: list[Progress] = []
+        stacks[threading.get_ident()] = self.stack
+
+
+class Internal:
+    """A context in which this thread's calls are chaoslight's own: they pass through
+    every site (``Engine.internal()``)."""
+
+    def __init__(self, local: threading.local) -> None:
+        self.local = local
+
+    def __enter__(self) -> None:
+        self.local.depth = getattr(self.local, "depth", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.local.depth -= 1

@@ -1,0 +1,201 @@
+"""A fault kind is one unit: its class (with its traits), its action, its strategy.
+
+A throwaway kind added in exactly those three places parses, fires, is drawn and is
+judged; the tables the layers derive from the built-in kinds' traits agree.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from chaoslight.strategies import DEFAULT_KINDS, IN_PROCESS_KINDS, KINDS, schedules
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+import chaoslight
+from chaoslight import Fault, Schedule
+from chaoslight._runtime._engine import ACTIONS, Engine, Firing
+from chaoslight._schedule import FAULT_KINDS, OFF_COLLECTIVES, SITES, Severity, fault_kind
+from chaoslight._schedule._validate import check_choice
+from chaoslight._search._inprocess import run_in_process
+from chaoslight._search._kinds import KILLING_KINDS, resolve_kinds
+from chaoslight._search._oracle import BENIGN_RULE, fault_class, judge
+from chaoslight._search._strategies import KIND_STRATEGIES
+
+LABELS = ("here", "there")
+
+
+def save_once() -> None:
+    """A program with one site call: a torch.save to memory."""
+    torch.save({"w": 1}, io.BytesIO())
+
+
+@pytest.fixture
+def stamp() -> Iterator[tuple[type[Fault], list[tuple[str, int, int | None]]]]:
+    """A new kind, ``stamp``, that records where it fired: added in the three places a
+    contributor adds one (class, action, strategy), and removed from them afterwards."""
+    stamped: list[tuple[str, int, int | None]] = []
+
+    @fault_kind  # 1. the class, with its traits (``_schedule/_faults.py``)
+    @dataclass(frozen=True)
+    class Stamp(Fault):
+        """Record that it fired, and where (a kind this test adds and removes)."""
+
+        kind: ClassVar[str] = "stamp"
+        severity: ClassVar[Severity] = Severity.BENIGN
+        simplicity: ClassVar[int] = 100
+        label: str = "here"
+
+        def _validate(self) -> None:
+            check_choice("label", self.label, LABELS)
+
+    def _apply_stamp(engine: Engine, fault: Any, firing: Firing) -> None:
+        stamped.append((fault.label, firing.rank, firing.step))
+
+    def stamps(
+        *, world_size: int, steps: int, sites: tuple[str, ...], reach: Any
+    ) -> st.SearchStrategy[Fault]:
+        return st.builds(
+            Stamp,
+            site=st.sampled_from(sites),
+            rank=st.integers(0, world_size - 1),
+            step=st.integers(0, steps - 1),
+            label=st.sampled_from(LABELS),
+        )
+
+    ACTIONS[Stamp] = _apply_stamp  # 2. its action (``_runtime/_engine.py``)
+    KIND_STRATEGIES[Stamp] = stamps  # 3. its strategy (``_search/_strategies.py``)
+    try:
+        yield Stamp, stamped
+    finally:
+        del FAULT_KINDS["stamp"], ACTIONS[Stamp], KIND_STRATEGIES[Stamp]
+
+
+def test_a_new_kind_parses_from_its_text_and_json_forms(stamp: Any) -> None:
+    """The text form names the new kind and its parameter, and both forms round-trip."""
+    cls, _ = stamp
+    schedule = Schedule.parse("stamp@torch.save rank=0 label=there")
+    (fault,) = schedule.faults
+    assert isinstance(fault, cls) and fault.label == "there"
+    assert str(fault) == "stamp@torch.save rank=0 label=there"
+    assert Schedule.from_json(schedule.to_json()) == schedule
+    assert "stamp" in chaoslight.faults()
+    with pytest.raises(chaoslight.InvalidSchedule, match="label='nowhere' is not one of"):
+        Schedule.parse("stamp@torch.save label=nowhere")
+
+
+def test_a_new_kind_fires_through_inject_at_its_site(stamp: Any) -> None:
+    """Under ``inject`` the new kind's action runs at its site, and the run records it."""
+    _, stamped = stamp
+    with chaoslight.inject("stamp@torch.save label=there") as run:
+        save_once()
+    assert stamped == [("there", 0, None)]
+    assert [event.fault for event in run.fired("torch.save")] == ["stamp@torch.save label=there"]
+
+
+def test_a_new_kind_is_drawn_by_the_search_when_named(stamp: Any) -> None:
+    """``schedules(faults=["stamp"])`` draws only the new kind, at the sites asked for."""
+    cls, _ = stamp
+    drawn = find(
+        schedules(faults=["stamp"], sites=["torch.save", "torch.load"]),
+        lambda schedule: any(f.label == "there" for f in schedule),
+        settings=settings(database=None),
+    )
+    assert all(isinstance(fault, cls) for fault in drawn)
+    assert drawn.to_text() == "stamp@torch.save rank=0 step=0 label=there"
+    assert "stamp" not in resolve_kinds(None)  # not drawn by default: its trait says so
+
+
+def test_a_new_kind_is_judged_by_its_severity(stamp: Any) -> None:
+    """The oracle reads the new kind's severity: a benign kind's run must simply pass."""
+    cls, _ = stamp
+    assert fault_class(cls(site="torch.save")) == Severity.BENIGN
+    verdict = judge(run_in_process(save_once, Schedule.parse("stamp@torch.save")))
+    assert not verdict.failed and verdict.rule == BENIGN_RULE
+    assert verdict.fired == ((0, "stamp@torch.save"),)
+
+
+def test_every_kind_has_one_action_and_one_strategy() -> None:
+    """The registry, the engine's actions and the search's strategies name the same kinds,
+    and each strategy draws faults of its own kind."""
+    kinds = set(FAULT_KINDS.values())
+    assert set(ACTIONS) == kinds and set(KIND_STRATEGIES) == kinds
+    for cls, builder in KIND_STRATEGIES.items():
+        fault = find(builder(world_size=2, steps=2), lambda fault: True)
+        assert type(fault) is cls
+
+
+def test_each_kind_is_judged_as_the_oracle_documents() -> None:
+    """fault_class: delays benign; errors, OOMs, crashes, allocations and preemptions hard;
+    dropped syncs and corruptions desync; a reorder benign on every rank, desync on one."""
+    expected = {
+        "delay@lightning.training_step": "benign",
+        "reorder@dist.all_reduce": "benign",
+        "reorder@dist.all_reduce rank=0": "desync",
+        "drop_sync@dist.barrier rank=0": "desync",
+        "corrupt@lightning.training_step": "desync",
+        "oom@lightning.forward": "hard",
+        "oom@lightning.forward deferred=true": "hard",
+        "raise@torch.save": "hard",
+        "crash@lightning.training_step": "hard",
+        "allocate@lightning.forward": "hard",
+        "preempt@lightning.training_step": "hard",
+    }
+    judged = {text: fault_class(Schedule.parse(text).faults[0]) for text in expected}
+    assert judged == expected
+
+
+def test_the_derived_kind_tables_agree_with_the_traits() -> None:
+    """The search's lists are the built-in kinds' traits read out, and no kind's traits
+    contradict each other."""
+    assert KINDS == (
+        "delay",
+        "raise",
+        "oom",
+        "drop_sync",
+        "crash",
+        "preempt",
+        "allocate",
+        "reorder",
+        "corrupt",
+    )
+    assert DEFAULT_KINDS == ("delay", "raise", "oom", "crash", "preempt", "allocate", "reorder")
+    assert IN_PROCESS_KINDS == ("delay", "raise", "oom", "allocate")
+    assert KILLING_KINDS == ("crash", "preempt")
+    simplicity = [cls.simplicity for cls in FAULT_KINDS.values()]
+    assert len(set(simplicity)) == len(simplicity)  # one simplest-first order
+    for kind, cls in FAULT_KINDS.items():
+        assert cls.kind == kind
+        if cls.kills_process or cls.aborts_call:
+            assert cls.severity == Severity.HARD, kind  # a correct program may fail under it
+        if cls.drawn_by_default:
+            assert cls.severity != Severity.DESYNC, kind  # no correct program survives those
+        if cls.needs is not None:
+            assert cls.drawn_at == cls.needs, kind  # drawn only where it can fire
+        assert cls.drawn_at in (None, OFF_COLLECTIVES) or any(
+            cls.drawn_at in site.capabilities for site in SITES.values()
+        ), kind
+
+
+def test_a_deferred_oom_does_not_abort_its_call() -> None:
+    """Whether a fault aborts its call depends on its parameters: a deferred OOM raises later."""
+    assert chaoslight.OOM(site="lightning.forward").aborts()
+    assert not chaoslight.OOM(site="lightning.forward", deferred=True).aborts()
+    assert (
+        chaoslight.Raise(site="torch.save").aborts()
+        and chaoslight.Crash(site="torch.save").aborts()
+    )
+    assert not chaoslight.Delay(site="torch.save").aborts()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=schedules(world_size=2, in_process=True))
+def test_the_in_process_default_draws_no_kind_that_needs_peers_or_kills(schedule: Schedule) -> None:
+    """In one process the default search draws neither a kind that would end the process
+    nor one that changes nothing without peers (a reduction order)."""
+    assert {fault.kind for fault in schedule} <= set(IN_PROCESS_KINDS)
