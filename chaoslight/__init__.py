@@ -37,7 +37,7 @@ from chaoslight._schedule import (
 )
 from chaoslight._schedule._describe import fault_descriptions as _fault_descriptions
 from chaoslight._schedule._describe import site_descriptions as _site_descriptions
-from chaoslight._search import Failure, Settings, Verdict, check, fuzz, judge, replay
+from chaoslight._search import Failure, Settings, Verdict, baseline, fuzz, judge, replay
 from chaoslight._world import World
 
 __version__ = "0.1.0"
@@ -71,7 +71,7 @@ __all__ = [
     "Verdict",
     "Watchdog",
     "World",
-    "check",
+    "baseline",
     "checks",
     "faults",
     "fuzz",

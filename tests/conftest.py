@@ -93,7 +93,7 @@ def ddp_target(name: str) -> str:
 @pytest.fixture(scope="session")
 def world2() -> Iterator[Any]:
     """One 2-rank World shared by the multi-rank fault and check tests."""
-    from chaoslight._world import World
+    from chaoslight import World
 
     with World(size=2) as world:
         yield world

@@ -215,13 +215,13 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
 
     from hypothesis import strategies as st
 
+    from chaoslight import Crash
     from chaoslight._schedule._catalog import SITES
     from chaoslight._schedule._faults import (
         CORRUPT_VALUES,
         FAULT_KINDS,
         MAX_DELAY_SECONDS,
         REORDER_ORDERS,
-        Crash,
     )
 
     exceptions = sorted(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 import warnings
 from pathlib import Path
 
@@ -210,3 +212,68 @@ def test_the_search_imports_no_private_name_from_a_lower_layer() -> None:
                 private += [f"{module} imports {node.module}.{name}" for name in names]
     assert scanned > 20  # the scan sees the search's imports from below
     assert private == []
+
+
+PUBLIC_LOOKING = re.compile(r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*|[A-Z][A-Z0-9_]*")
+
+
+def defined_names(source: str) -> set[str]:
+    """The CamelCase and UPPER_CASE names a module defines at its top level (a class, an
+    assignment, an import under another name); a plain import, as a facade re-exports
+    with, defines nothing."""
+    found: set[str] = set()
+    body = list(ast.parse(source).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            body += [*ast.iter_child_nodes(node)]
+        elif isinstance(node, ast.ExceptHandler):
+            body += node.body
+        elif isinstance(node, ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(a.asname for a in node.names if a.asname not in (None, a.name))
+    return {name for name in found if PUBLIC_LOOKING.fullmatch(name)}
+
+
+def test_no_two_modules_define_the_same_public_looking_name() -> None:
+    """A class, type alias or constant name means one thing in the package: no two modules
+    define it (a second ``class Verdict``, ``INTERNAL`` or ``Progress`` fails here)."""
+    where: dict[str, list[str]] = {}
+    for module, path in sorted(MODULES.items()):
+        for name in defined_names(path.read_text()):
+            where.setdefault(name, []).append(module)
+    assert where["Verdict"] == ["chaoslight._search._oracle"]  # the scan sees classes
+    assert {name: modules for name, modules in where.items() if len(modules) > 1} == {}
+
+
+def private_imports_of_public_names(path: Path) -> list[str]:
+    """``from chaoslight._x import Name`` in ``path`` where a facade exports that object."""
+    facades = [chaoslight, chaoslight.checks, chaoslight.strategies]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.ImportFrom) and node.module):
+            continue
+        if not node.module.startswith("chaoslight.") or "._" not in f".{node.module[11:]}":
+            continue
+        module = importlib.import_module(node.module)
+        for alias in node.names:
+            obj = getattr(module, alias.name, None)
+            for facade in facades:
+                if alias.name in facade.__all__ and getattr(facade, alias.name) is obj:
+                    found.append(f"{path.name}: {alias.name} from {node.module}")
+    return found
+
+
+def test_tests_import_public_names_publicly() -> None:
+    """A test imports what the public API offers from the public API, so moving a private
+    module costs no test edits (private paths are for what only they hold)."""
+    offenders = [
+        hit
+        for p in sorted((ROOT / "tests").glob("*.py"))
+        for hit in private_imports_of_public_names(p)
+    ]
+    assert offenders == []

@@ -9,11 +9,10 @@ from typing import Any
 
 from chaoslight.strategies import schedules
 
-from chaoslight import Schedule, Settings
+from chaoslight import Schedule, Settings, Verdict
 from chaoslight._search import Campaign
-from chaoslight._search._campaign import BASELINE, CLEAN, FAILED, FLAKY, INTERNAL
+from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, FOUND, INTERNAL_ERROR
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
-from chaoslight._search._oracle import Verdict
 from chaoslight._search._reach import Reach
 
 STRATEGY = schedules(world_size=2, steps=4, faults=["oom", "delay"], sites=["lightning.forward"])
@@ -47,7 +46,7 @@ def test_the_empty_schedule_runs_first_twice() -> None:
     runner = Scripted(lambda s, n: has_oom(s))
     result = campaign(runner)
     assert [len(s) for s, _ in runner.calls[:2]] == [0, 0]
-    assert result.status == FAILED and result.minimal
+    assert result.status == FOUND and result.minimal
 
 
 def test_a_target_failing_with_no_fault_is_reported_with_the_empty_schedule() -> None:
@@ -84,11 +83,11 @@ def test_the_first_replay_runs_in_a_fresh_world() -> None:
     runner = Scripted(lambda s, n: has_oom(s))
     result = campaign(runner, replays=2)
     fresh = [schedule for schedule, is_fresh in runner.calls if is_fresh]
-    assert result.status == FAILED and fresh == [result.schedule]
+    assert result.status == FOUND and fresh == [result.schedule]
 
 
 def test_an_internal_error_stops_the_search_and_is_not_a_finding() -> None:
-    """A verdict marked internal ends the campaign as INTERNAL, without minimising."""
+    """A verdict marked internal ends the campaign as INTERNAL_ERROR, without minimising."""
 
     def runner(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, None]:
         broken = has_oom(schedule)
@@ -96,7 +95,7 @@ def test_an_internal_error_stops_the_search_and_is_not_a_finding() -> None:
         return verdict, None
 
     result = Campaign(runner, STRATEGY, Settings(max_examples=50, seed=1, replays=1)).execute()
-    assert result.status == INTERNAL and not result.minimal
+    assert result.status == INTERNAL_ERROR and not result.minimal
 
 
 def test_a_passing_target_is_clean_after_its_budget() -> None:
@@ -151,7 +150,7 @@ def test_the_result_is_handed_over_before_the_database_records_it(tmp_path: Path
     runner = Scripted(lambda s, n: has_oom(s))
     settings = Settings(max_examples=200, seed=1, replays=1, database=database)
     result = Campaign(runner, STRATEGY, settings, key="k", on_result=on_result).execute()
-    assert result.status == FAILED and seen_in_database == [[]]
+    assert result.status == FOUND and seen_in_database == [[]]
     assert known_failures(open_database(database, "k", print)) == [result.schedule]
 
 
@@ -209,7 +208,7 @@ def test_two_shards_on_a_program_with_two_bugs_report_the_two_bugs(tmp_path: Pat
     assert in_shard(Schedule.parse("oom@lightning.backward step=0"), (1, 2))
     database = str(tmp_path / "db")
     first, second = shard_worker(0, database), shard_worker(1, database)
-    assert (first.status, first.verdict.reason) == (FAILED, "bug A")
-    assert (second.status, second.verdict.reason) == (FAILED, "bug B")
+    assert (first.status, first.verdict.reason) == (FOUND, "bug A")
+    assert (second.status, second.verdict.reason) == (FOUND, "bug B")
     again = shard_worker(0, database)
     assert again.verdict.reason == "bug A" and again.examples < first.examples

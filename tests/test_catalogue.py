@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import chaoslight
+from chaoslight import World
 from chaoslight._search import DEFAULT_CHECKS
-from chaoslight._search._campaign import CLEAN, FAILED
+from chaoslight._search._campaign import CLEAN, FOUND
 from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT
-from chaoslight._world import World
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # examples.catalogue
@@ -122,7 +122,7 @@ def test_the_default_search_finds_the_bug_and_names_its_cause(
     assert result.status == entry.finding, (result.status, result.verdict)
     assert not result.verdict.internal
     assert names_all(result.verdict.reason, entry.cause(function)), result.verdict.reason
-    if entry.finding == FAILED:
+    if entry.finding == FOUND:
         verdict, _ = run(entry, entry.fixed, result.schedule, world)
         assert not verdict.failed, (str(result.schedule), verdict.reason)
 

@@ -15,13 +15,12 @@ import torch
 from helpers import fit, tiny_model
 
 import chaoslight
-from chaoslight import Schedule
+from chaoslight import Event, Schedule
 from chaoslight._checks import _invariants
 from chaoslight._checks._invariants import BLOCK_CPU, all_finite, checksums, summaries
-from chaoslight._runtime._events import Event
-from chaoslight._runtime._evidence import OBSERVATION, Evidence
+from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._inject import active
-from chaoslight.checks import DisjointShards, FiniteGrads, FiniteLoss, ReplicasInSync
+from chaoslight.checks import DisjointShards, Evidence, FiniteGrads, FiniteLoss, ReplicasInSync
 
 # One tensor per path: a single small block, an odd size, and one spanning blocks whose
 # last block is short.

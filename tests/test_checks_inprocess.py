@@ -11,12 +11,12 @@ from helpers import fit, tiny_model
 
 import chaoslight
 from chaoslight import CheckFailed, Schedule
-from chaoslight._runtime._evidence import Evidence
 from chaoslight.checks import (
     CHECKS,
     Check,
     Deterministic,
     ErrorsSurface,
+    Evidence,
     FiniteGrads,
     FiniteLoss,
     NoHang,

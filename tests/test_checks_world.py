@@ -9,8 +9,7 @@ from chaoslight.strategies import schedules
 from conftest import ddp_target
 from hypothesis import HealthCheck, given, settings
 
-from chaoslight import Schedule
-from chaoslight._world import World
+from chaoslight import Schedule, World
 from chaoslight.checks import (
     Deterministic,
     DisjointShards,

@@ -208,9 +208,8 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
 def two_rank_failure() -> tuple[Any, Any]:
     """A verdict and an outcome as a traced replay returns them: rank 1 raised by a fault
     (its traceback through torch's frames), rank 0 was released in collective #2."""
-    from chaoslight._runtime import Event
-    from chaoslight._search._oracle import Verdict
-    from chaoslight._world import ExceptionInfo, Outcome, RankResult
+    from chaoslight import Event, Outcome, Verdict
+    from chaoslight._world import ExceptionInfo, RankResult
 
     library = f"{torch_folder()}/nn/modules/module.py"
     traceback = (
@@ -283,7 +282,7 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
     """fuzz replays the failure once more, traced, on its own World, and writes
     ``<out>.html``; --no-html skips both; --strict reaches the search."""
     from chaoslight._cli import _fuzz
-    from chaoslight._search._campaign import FAILED, Result
+    from chaoslight._search._campaign import FOUND, Result
 
     verdict, outcome = two_rank_failure()
     searched: list[dict[str, Any]] = []
@@ -291,7 +290,7 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
 
     def search(target: str, settings: Any, **options: Any) -> tuple[Any, Any]:
         searched.append({**options, "strict": settings.strict})
-        result = Result(FAILED, outcome.schedule, verdict, outcome, examples=5)
+        result = Result(FOUND, outcome.schedule, verdict, outcome, examples=5)
         return result, chaoslight.Failure(outcome.schedule, target, reason=verdict.reason)
 
     def replay(failure: Any, **options: Any) -> tuple[Any, Any]:

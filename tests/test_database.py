@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from chaoslight.strategies import schedules
 
-from chaoslight import InvalidArgument, Schedule
+from chaoslight import InvalidArgument, Schedule, Verdict
 from chaoslight._search import Campaign, Result
-from chaoslight._search._campaign import FAILED
+from chaoslight._search._campaign import FOUND
 from chaoslight._search._database import check_database, is_url, open_database, redact
-from chaoslight._search._oracle import Verdict
 
 STRATEGY = schedules(world_size=2, steps=4)
 
@@ -128,7 +127,7 @@ def test_a_redis_that_refuses_the_password_is_a_warning_without_it(tmp_path: Pat
     port = free_port()
     with redis_server(tmp_path, port, "--requirepass", "right-one"):
         found, warnings = campaign_on(f"redis://:wrong-one@127.0.0.1:{port}/0", tmp_path)
-    assert found.status == FAILED and (tmp_path / "failure.json").exists()
+    assert found.status == FOUND and (tmp_path / "failure.json").exists()
     assert len(warnings) == 1 and f"redis://:***@127.0.0.1:{port}/0" in warnings[0]
     assert "wrong-one" not in warnings[0] and "right-one" not in warnings[0]
 
@@ -153,7 +152,7 @@ def test_a_redis_that_goes_away_mid_campaign_costs_one_warning_not_the_result(
         found, warnings = campaign_on(
             f"redis://:secret@127.0.0.1:{port}/0", tmp_path, stops_the_server
         )
-    assert found.status == FAILED and (tmp_path / "failure.json").exists()
+    assert found.status == FOUND and (tmp_path / "failure.json").exists()
     assert len(warnings) == 1 and "secret" not in warnings[0], warnings
 
 
@@ -163,7 +162,7 @@ def test_an_unreachable_redis_is_one_warning_and_the_failure_is_still_written(
     """Nobody answers at the URL: one warning naming it without its password, and the
     campaign searches on and hands its failure over (the CLI writes its file there)."""
     found, warnings = campaign_on("redis://:secret@127.0.0.1:1/0", tmp_path)
-    assert found.status == FAILED and found.schedule is not None
+    assert found.status == FOUND and found.schedule is not None
     assert Schedule.from_json((tmp_path / "failure.json").read_text()) == found.schedule
     assert len(warnings) == 1, warnings
     assert "redis://:***@127.0.0.1:1/0" in warnings[0] and "secret" not in warnings[0]
@@ -176,7 +175,7 @@ def test_from_python_a_database_failure_is_one_runtime_warning() -> None:
             crash_on_rank_1, STRATEGY, max_examples=2000, seed=1, replays=1,
             database="redis://:secret@127.0.0.1:1/0",
         ).execute()  # fmt: skip
-    assert found.status == FAILED
+    assert found.status == FOUND
     assert len(caught) == 1 and "secret" not in str(caught[0].message)
 
 

@@ -9,8 +9,7 @@ import pytest
 from conftest import ddp_target
 
 import chaoslight
-from chaoslight import Delay, DropSync, ReorderReduction, Schedule
-from chaoslight._world import World
+from chaoslight import Delay, DropSync, ReorderReduction, Schedule, World
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,10 @@ import pytest
 import chaoslight
 from chaoslight import checks as public_checks
 from chaoslight import strategies
-from chaoslight._checks import CHECKS
 from chaoslight._cli import build_parser
 from chaoslight._schedule import FAULT_KINDS, SITES
 from chaoslight._search._known import KNOWN_ISSUES
+from chaoslight.checks import CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent
 # [text](target) outside code: the target up to a space or ")" (titles are not used here).

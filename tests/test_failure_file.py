@@ -10,9 +10,8 @@ import pytest
 from conftest import ddp_target
 
 import chaoslight
-from chaoslight import Failure, Schedule
+from chaoslight import Failure, Schedule, World
 from chaoslight._search._failure import check_specs, emit_test
-from chaoslight._world import World
 from chaoslight.checks import Check, NoHang, ReplicasInSync
 
 

@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import chaoslight
-from chaoslight import Fault, Schedule
+from chaoslight import Fault, Schedule, judge
 from chaoslight._runtime._engine import ACTIONS, Engine, Firing
 from chaoslight._schedule import FAULT_KINDS, OFF_COLLECTIVES, SITES, Severity, fault_kind
 from chaoslight._schedule._validate import check_choice
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._search._kinds import KILLING_KINDS, resolve_kinds
-from chaoslight._search._oracle import BENIGN_RULE, fault_class, judge
+from chaoslight._search._oracle import BENIGN_RULE, fault_class
 from chaoslight._search._strategies import KIND_STRATEGIES
 
 LABELS = ("here", "there")
@@ -199,3 +199,25 @@ def test_the_in_process_default_draws_no_kind_that_needs_peers_or_kills(schedule
     """In one process the default search draws neither a kind that would end the process
     nor one that changes nothing without peers (a reduction order)."""
     assert {fault.kind for fault in schedule} <= set(IN_PROCESS_KINDS)
+
+
+def test_no_layer_above_the_schedule_spells_a_kind_by_name() -> None:
+    """Above layer 1 a kind is known by its class and traits, never by a string such as
+    ``"preempt"`` or a ``"preempt@"`` prefix: a renamed or added kind changes no verdict."""
+    import ast
+    from pathlib import Path
+
+    package = Path(chaoslight.__file__).parent
+    spelled = [
+        f"{path.relative_to(package)}:{node.lineno} {node.value!r}"
+        for path in [*package.rglob("*.py"), *(package.parent / "strategies").rglob("*.py")]
+        if "_schedule" not in path.parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and any(
+            node.value in (kind, f"{kind}@") or node.value.startswith(f"{kind}@")
+            for kind in FAULT_KINDS
+        )
+    ]
+    assert spelled == []

@@ -16,7 +16,6 @@ import pytest
 from chaoslight.strategies import schedules
 
 from chaoslight import Failure, Outcome, Schedule
-from chaoslight._checks import ErrorsSurface
 from chaoslight._cli import _fuzz as fuzz_cli
 from chaoslight._cli import main
 from chaoslight._report._status import RANK_STATUSES
@@ -24,6 +23,7 @@ from chaoslight._search import Campaign
 from chaoslight._search import _campaign as campaign_module
 from chaoslight._search._database import in_shard
 from chaoslight._search._inprocess import in_process_runner, run_in_process
+from chaoslight.checks import ErrorsSurface
 
 ROOT = Path(__file__).resolve().parent.parent
 SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"

@@ -13,15 +13,13 @@ import lightning
 import pytest
 
 import chaoslight
-from chaoslight import Preempt, Schedule
-from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight import Event, Outcome, Preempt, Schedule, World, fuzz, judge
+from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
-from chaoslight._runtime import FIRED, NOTE, Event
-from chaoslight._search import fuzz
-from chaoslight._search._campaign import FAILED
+from chaoslight._runtime import FIRED, NOTE
+from chaoslight._search._campaign import FOUND
 from chaoslight._search._known import match_known
-from chaoslight._search._oracle import FAILED_CLEANLY, judge
-from chaoslight._world import World
+from chaoslight._search._oracle import FAILED_CLEANLY
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "examples" / "known_issues" / "on_exception_checkpoint.py"
@@ -169,5 +167,5 @@ def test_a_programs_own_preemption_bug_on_lightning_26_fails_the_search(world: W
         replays=0,
         world=world,
     )
-    assert result.status == FAILED and failure is not None and result.verdict is not None
+    assert result.status == FOUND and failure is not None and result.verdict is not None
     assert result.verdict.known is None, result.verdict.reason

@@ -26,12 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import chaoslight._runtime._engine as engine
-from chaoslight import MemoryBudget, Preempt, Schedule
+from chaoslight import HangDetected, MemoryBudget, Preempt, Schedule, Watchdog, judge
 from chaoslight._report._records import ExceptionInfo
-from chaoslight._runtime import HangDetected, Watchdog
 from chaoslight._runtime._memory import format_bytes
 from chaoslight._search._inprocess import run_in_process
-from chaoslight._search._oracle import FAILED_CLEANLY, INTERNAL, internal_error, judge
+from chaoslight._search._oracle import FAILED_CLEANLY, INTERNAL_RULE, internal_error
 
 SITES = [
     "lightning.training_step",
@@ -108,7 +107,7 @@ def test_an_error_planted_in_chaoslight_is_an_internal_error(
     traceback = outcome.ranks[0].exception.traceback  # type: ignore[union-attr]
     assert "in _apply" in traceback and "NoneType: None" not in traceback
     verdict = judge(outcome)
-    assert verdict.internal and verdict.rule == INTERNAL, verdict.reason
+    assert verdict.internal and verdict.rule == INTERNAL_RULE, verdict.reason
     assert "raised in chaoslight: _apply_oom" in verdict.reason
 
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from chaoslight import Schedule
-from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight import Event, Outcome, Schedule, judge
+from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
-from chaoslight._runtime import FIRED, Event, Violation
+from chaoslight._runtime import FIRED
 from chaoslight._search._oracle import (
     BENIGN,
     BENIGN_RULE,
@@ -18,13 +18,13 @@ from chaoslight._search._oracle import (
     FAILED_CLEANLY,
     HANG_RULE,
     HARD,
-    INTERNAL,
+    INTERNAL_RULE,
     NO_FAULT,
     RECOVERED,
     SWALLOWED,
     fault_class,
-    judge,
 )
+from chaoslight.checks import Violation
 
 OOM_TEXT = "CUDA out of memory. Tried to allocate 1.0 GiB. [simulated by chaoslight: oom@x]"
 GLOO = "RuntimeError: Connection closed by peer"
@@ -176,7 +176,7 @@ def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
         0, "RuntimeError", "Boolean value of Tensor is ambiguous", tb=f"Traceback:\n{frame}"
     )
     verdict = judge(outcome([bad, raised(1, "RuntimeError", GLOO, when=2.0)]))
-    assert verdict.failed and verdict.internal and verdict.rule == INTERNAL
+    assert verdict.failed and verdict.internal and verdict.rule == INTERNAL_RULE
     for function in ("charge", "_renamed_helper"):
         tb = f'Traceback:\n  File "{memory.__file__}", line 59, in {function}\n'
         unmarked = raised(0, "OutOfMemoryError", OOM_TEXT, tb=tb)

@@ -9,6 +9,7 @@ import pytest
 from conftest import ddp_target
 
 import chaoslight
+from chaoslight import World
 from chaoslight._search._oracle import (
     BENIGN_RULE,
     FAILED_CLEANLY,
@@ -17,7 +18,6 @@ from chaoslight._search._oracle import (
     RECOVERED,
     SWALLOWED,
 )
-from chaoslight._world import World
 
 pytestmark = pytest.mark.slow
 

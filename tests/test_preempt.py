@@ -11,19 +11,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaoslight.strategies import schedules
 from hypothesis import find, given
 
 import chaoslight
-from chaoslight import InvalidArgument, InvalidSchedule, Preempt, Schedule
-from chaoslight._report._outcome import Outcome, overall, settle
+from chaoslight import (
+    Event,
+    InvalidArgument,
+    InvalidSchedule,
+    Outcome,
+    Preempt,
+    Schedule,
+    Verdict,
+    judge,
+)
+from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
-from chaoslight._runtime import FIRED, NOTE, Event
+from chaoslight._runtime import FIRED, NOTE
 from chaoslight._runtime._preempt import handler_owner
-from chaoslight._search._campaign import CLEAN, FAILED, Campaign
+from chaoslight._search._campaign import CLEAN, FOUND, Campaign
 from chaoslight._search._known import KNOWN_ISSUES, match_known, parse_version
-from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT, Verdict, judge
-from chaoslight._search._preemption import PREEMPT_RULE
-from chaoslight._search._strategies import preemptions, schedules
+from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE
+from chaoslight._search._strategies import preemptions
 
 SITE = "lightning.training_step"
 PREEMPT = f"preempt@{SITE} rank=1 step=4"
@@ -286,7 +295,7 @@ def test_a_known_issue_is_reported_apart_and_the_search_goes_on() -> None:
 def test_strict_makes_a_known_issue_a_failure() -> None:
     """strict=True: the known issue is the campaign's failure."""
     result = _campaign([known_verdict()], strict=True).execute()
-    assert result.status == FAILED and result.verdict.known is not None
+    assert result.status == FOUND and result.verdict.known is not None
 
 
 # -- real 2-rank runs ------------------------------------------------------------------

@@ -11,10 +11,8 @@ from helpers import fit, pl, tiny_model_class
 from hypothesis import HealthCheck, given, settings
 
 import chaoslight
-from chaoslight import Schedule
-from chaoslight._checks._reach import Reach as ReachRecorder
-from chaoslight._checks._reach import user_sites
-from chaoslight._runtime import Event
+from chaoslight import Event, Schedule
+from chaoslight._checks._reach import ReachRecorder, user_sites
 from chaoslight._search._coverage import coverage
 from chaoslight._search._reach import Reach
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import chaoslight
-from chaoslight._search._campaign import BASELINE, CLEAN, FAILED
-from chaoslight._world import World
+from chaoslight import World
+from chaoslight._search._campaign import BASELINE, CLEAN, FOUND
 
 pytestmark = [pytest.mark.slow, pytest.mark.quality]
 
@@ -48,7 +48,7 @@ def test_a_race_between_two_hooks_is_found_by_a_straggler_at_the_epoch_end(
     """A write at epoch end raced by a read at the next epoch's start: one delay on rank 0
     at the last step of epoch 0, shortened to the smallest grid point that still fails."""
     result = search(world, "epoch_race", "train")
-    assert result.status == FAILED, result.verdict  # type: ignore[attr-defined]
+    assert result.status == FOUND, result.verdict  # type: ignore[attr-defined]
     (fault,) = result.schedule  # type: ignore[attr-defined]
     assert (fault.kind, fault.site, fault.rank, fault.step) == (
         "delay",
@@ -63,7 +63,7 @@ def test_a_race_between_two_hooks_is_found_by_a_straggler_at_the_epoch_end(
 def test_an_error_only_at_an_epochs_last_step_is_found(world: World) -> None:
     """A full disk at the epoch-end save on rank 0, swallowed there, desyncs the ranks."""
     result = search(world, "epoch_end_save", "train")
-    assert result.status == FAILED, result.verdict  # type: ignore[attr-defined]
+    assert result.status == FOUND, result.verdict  # type: ignore[attr-defined]
     (fault,) = result.schedule  # type: ignore[attr-defined]
     assert (fault.kind, fault.site, fault.rank) == ("raise", "torch.save", 0)
     assert fault.exception == "OSError"
@@ -101,6 +101,6 @@ def test_two_shards_explore_disjoint_points_and_each_reports_its_own_failure(
     first, second = results
     points = [{(f.site, f.step) for s in r.tried for f in s} for r in results]
     assert not (points[0] & points[1])
-    assert first.status == FAILED and second.status == FAILED
+    assert first.status == FOUND and second.status == FOUND
     assert second.schedule != first.schedule
     assert {(f.site, f.step) for f in second.schedule} <= points[1]

@@ -8,11 +8,9 @@ from typing import Any
 import pytest
 
 import chaoslight
-from chaoslight import InvalidArgument, InvalidSchedule, Schedule
-from chaoslight._report._outcome import Outcome
+from chaoslight import Event, InvalidArgument, InvalidSchedule, Outcome, Schedule, judge
 from chaoslight._report._records import ExceptionInfo, RankResult
-from chaoslight._runtime import FIRED, Event
-from chaoslight._search._oracle import judge
+from chaoslight._runtime import FIRED
 from chaoslight._world._restart import remaining
 
 CRASH = "crash@torch.save rank=0 step=3"

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from chaoslight._cli import build_parser, main
-from chaoslight._cli._job import EXIT_TIMEOUT, Job
-from chaoslight._cli._run import DEFAULT_TIMEOUT_S, read_events
+from chaoslight._cli._job import EXIT_TIMEOUT, CommandJob
+from chaoslight._cli._run import RUN_TIMEOUT_S, read_events
 from chaoslight._runtime._autostart import EVENTS_VARIABLE, JOB_VARIABLE
 from chaoslight._runtime._events import EventLog, read_event_log
 
@@ -70,11 +70,11 @@ def test_run_has_a_finite_default_timeout_documented_in_help(
 ) -> None:
     """Without --timeout a job still has a deadline, and --help names it and its status."""
     args = build_parser().parse_args(["run", "--schedule", "s.txt", "--", "true"])
-    assert args.timeout == DEFAULT_TIMEOUT_S < float("inf")
+    assert args.timeout == RUN_TIMEOUT_S < float("inf")
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     text = capsys.readouterr().out
-    assert f"(default: {DEFAULT_TIMEOUT_S:g})" in text
+    assert f"(default: {RUN_TIMEOUT_S:g})" in text
     assert str(EXIT_TIMEOUT) in text and "timeout(1)" in text
 
 
@@ -295,9 +295,9 @@ def test_no_signal_goes_to_the_commands_pid_once_it_is_reaped(
     """After the command is reaped its pid may be another process's: it is sent nothing."""
     started: list[subprocess.Popen[bytes]] = []
     late: list[tuple[str, int]] = []
-    real_start = Job._start
+    real_start = CommandJob._start
 
-    def start(job: Job) -> subprocess.Popen[bytes]:
+    def start(job: CommandJob) -> subprocess.Popen[bytes]:
         started.append(real_start(job))
         return started[-1]
 
@@ -309,7 +309,7 @@ def test_no_signal_goes_to_the_commands_pid_once_it_is_reaped(
 
         return send
 
-    monkeypatch.setattr(Job, "_start", start)
+    monkeypatch.setattr(CommandJob, "_start", start)
     monkeypatch.setattr(os, "kill", spy("kill", os.kill))
     monkeypatch.setattr(os, "killpg", spy("killpg", os.killpg))
     assert main(["run", "--schedule", str(schedule), "--timeout", "60", "--", "true"]) == 0

@@ -214,13 +214,13 @@ class RecordsWorld:
         return run_in_process(lambda: None, schedule)
 
 
-def test_check_takes_settings_or_keywords_alike(monkeypatch: pytest.MonkeyPatch) -> None:
-    """check(target, Settings(world_size=3, timeout=7)) and check(target, world_size=3,
-    timeout=7) start the same World and run with the same timeout and checks."""
+def test_baseline_takes_settings_or_keywords_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """baseline(target, Settings(world_size=3, timeout=7)) and baseline(target,
+    world_size=3, timeout=7) start the same World and run with the same timeout and checks."""
     monkeypatch.setattr(search, "World", RecordsWorld)
     RecordsWorld.seen = []
-    chaoslight.check(TARGET, Settings(world_size=3, timeout=7, checks=["no-hang"]))
-    chaoslight.check(TARGET, world_size=3, timeout=7, checks=["no-hang"])
+    chaoslight.baseline(TARGET, Settings(world_size=3, timeout=7, checks=["no-hang"]))
+    chaoslight.baseline(TARGET, world_size=3, timeout=7, checks=["no-hang"])
     assert RecordsWorld.seen[0] == RecordsWorld.seen[1]
     assert RecordsWorld.seen[0][:2] == (3, 7.0) and "no-hang" in RecordsWorld.seen[0][2]
 

@@ -11,9 +11,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from chaoslight._checks._shards import DisjointShards, row_hashes, sampler_facts
-from chaoslight._runtime._events import Event
-from chaoslight._runtime._evidence import OBSERVATION, Evidence
+from chaoslight import Event
+from chaoslight._checks._shards import row_hashes, sampler_facts
+from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight.checks import DisjointShards, Evidence
 
 CHECK = DisjointShards()
 

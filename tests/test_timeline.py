@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 import chaoslight
+from chaoslight import Event, Outcome
 from chaoslight._report import settle
 from chaoslight._report._timeline import Header, RankEnd, build, render_text
-from chaoslight._runtime import FIRED, Event
+from chaoslight._runtime import FIRED
 from chaoslight._runtime._trace import ENTER, EXIT
 from chaoslight._schedule._clip import clip
-from chaoslight._world import ExceptionInfo, Outcome, RankResult
+from chaoslight._world import ExceptionInfo, RankResult
 
 EXAMPLE = f"{Path(__file__).resolve().parents[1]}/examples/ddp_train.py:train"
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import chaoslight
-from chaoslight._runtime import HangDetected, HangReport, Position, Watchdog
+from chaoslight import HangDetected, InvalidArgument, Watchdog
+from chaoslight._runtime import HangReport, Position
 from chaoslight._runtime._frames import is_library
 from chaoslight._runtime._stacks import snapshot
 from chaoslight._runtime._watchdog import INTERRUPT_SIGNAL
-from chaoslight._schedule._errors import InvalidArgument
 
 
 def wait_at_barrier() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import chaoslight
+from chaoslight import World, inject
 from chaoslight._report._text import cause_first
-from chaoslight._runtime import PROGRESS_SITES, inject
-from chaoslight._world import World
+from chaoslight._runtime import PROGRESS_SITES
 from chaoslight._world._sched import Reading, asleep, read_threads
 from chaoslight._world._wavefront import (
     BLOCKED_S,
@@ -25,10 +25,10 @@ from chaoslight._world._wavefront import (
     END_GRACE_S,
     FRESH_S,
     Front,
-    Judge,
-    Seen,
+    HangDecider,
+    HangDecision,
+    RankState,
     Tracker,
-    Verdict,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,26 +48,27 @@ def front(site: str, seq: int, blocked_s: float = 1.0) -> Front:
 
 
 def decide_twice(
-    judge: Judge, seen: list[Seen], now: float
-) -> tuple[Verdict | None, Verdict | None]:
-    """What the judge says now and, with every report renewed, ``CONFIRM_S`` later."""
-    first = judge.decide(now, seen)
+    decider: HangDecider, seen: list[RankState], now: float
+) -> tuple[HangDecision | None, HangDecision | None]:
+    """What the decider says now and, with every report renewed, ``CONFIRM_S`` later."""
+    first = decider.decide(now, seen)
     later = now + CONFIRM_S + 0.01
     renewed = [
-        Seen(s.rank, s.pending, s.front, later, s.ended_at, s.how) if s.pending else s for s in seen
+        RankState(s.rank, s.pending, s.front, later, s.ended_at, s.how) if s.pending else s
+        for s in seen
     ]
-    return first, judge.decide(later, renewed)
+    return first, decider.decide(later, renewed)
 
 
-# -- the judge, on reports alone -------------------------------------------------------------
+# -- the decider, on reports alone -------------------------------------------------------------
 def test_different_collectives_are_a_hang_once_confirmed() -> None:
     """Barrier against broadcast at the same number: hung, after a confirming look."""
     now = 100.0
     seen = [
-        Seen(0, True, front("dist.barrier", 8), now),
-        Seen(1, True, front("dist.broadcast", 8), now),
+        RankState(0, True, front("dist.barrier", 8), now),
+        RankState(1, True, front("dist.broadcast", 8), now),
     ]
-    first, second = decide_twice(Judge(), seen, now)
+    first, second = decide_twice(HangDecider(), seen, now)
     assert first is None
     assert second is not None
     assert second.why(0) == (
@@ -79,60 +80,60 @@ def test_different_collectives_are_a_hang_once_confirmed() -> None:
 
 def test_same_kind_at_other_numbers_is_a_hang() -> None:
     """Two all-reduces the ranks count differently (#4 against #5) cannot meet."""
-    seen = [Seen(r, True, front("dist.all_reduce", 4 + r), 10.0) for r in range(2)]
-    assert decide_twice(Judge(), seen, 10.0)[1] is not None
+    seen = [RankState(r, True, front("dist.all_reduce", 4 + r), 10.0) for r in range(2)]
+    assert decide_twice(HangDecider(), seen, 10.0)[1] is not None
 
 
 def test_one_collective_one_number_is_a_straggler_wait() -> None:
     """Every rank in collective #8, a barrier, however long: never a hang."""
-    seen = [Seen(r, True, front("dist.barrier", 8, blocked_s=20.0), 10.0) for r in range(3)]
-    assert decide_twice(Judge(), seen, 10.0) == (None, None)
+    seen = [RankState(r, True, front("dist.barrier", 8, blocked_s=20.0), 10.0) for r in range(3)]
+    assert decide_twice(HangDecider(), seen, 10.0) == (None, None)
 
 
 def test_a_rank_between_collectives_blocks_the_decision() -> None:
     """Rank 2 is not blocked (computing, or sleeping in a Delay): nothing is decided."""
     seen = [
-        Seen(0, True, front("dist.barrier", 8), 10.0),
-        Seen(1, True, front("dist.broadcast", 8), 10.0),
-        Seen(2, True, None, 10.0),
+        RankState(0, True, front("dist.barrier", 8), 10.0),
+        RankState(1, True, front("dist.broadcast", 8), 10.0),
+        RankState(2, True, None, 10.0),
     ]
-    assert decide_twice(Judge(), seen, 10.0) == (None, None)
+    assert decide_twice(HangDecider(), seen, 10.0) == (None, None)
 
 
 def test_short_or_stale_reports_decide_nothing() -> None:
     """A rank blocked for less than BLOCKED_S, or a report older than FRESH_S: no hang."""
     short = [
-        Seen(0, True, front("dist.barrier", 8, blocked_s=BLOCKED_S / 2), 10.0),
-        Seen(1, True, front("dist.broadcast", 8), 10.0),
+        RankState(0, True, front("dist.barrier", 8, blocked_s=BLOCKED_S / 2), 10.0),
+        RankState(1, True, front("dist.broadcast", 8), 10.0),
     ]
-    assert decide_twice(Judge(), short, 10.0) == (None, None)
+    assert decide_twice(HangDecider(), short, 10.0) == (None, None)
     stale = [
-        Seen(0, True, front("dist.barrier", 8), 10.0),
-        Seen(1, True, front("dist.broadcast", 8), 10.0 - 2 * FRESH_S),
+        RankState(0, True, front("dist.barrier", 8), 10.0),
+        RankState(1, True, front("dist.broadcast", 8), 10.0 - 2 * FRESH_S),
     ]
-    assert Judge().decide(10.0, stale) is None
+    assert HangDecider().decide(10.0, stale) is None
 
 
 def test_a_changed_picture_starts_the_confirmation_again() -> None:
     """Rank 1 moved on between two looks: the new picture needs its own confirmation."""
-    judge = Judge()
+    decider = HangDecider()
     before = [
-        Seen(0, True, front("dist.barrier", 8), 10.0),
-        Seen(1, True, front("dist.broadcast", 8), 10.0),
+        RankState(0, True, front("dist.barrier", 8), 10.0),
+        RankState(1, True, front("dist.broadcast", 8), 10.0),
     ]
-    assert judge.decide(10.0, before) is None
-    moved = [before[0], Seen(1, True, front("dist.all_reduce", 9), 10.5)]
-    assert judge.decide(10.5, moved) is None
+    assert decider.decide(10.0, before) is None
+    moved = [before[0], RankState(1, True, front("dist.all_reduce", 9), 10.5)]
+    assert decider.decide(10.5, moved) is None
 
 
 def test_an_ended_rank_decides_only_after_gloo_had_its_chance() -> None:
     """Rank 0 returned; rank 1 waits alone: hung once END_GRACE_S has passed, not before."""
-    ended = Seen(0, False, ended_at=10.0, how="returned")
-    early = [ended, Seen(1, True, front("dist.barrier", 17), 10.1)]
-    assert decide_twice(Judge(), early, 10.1) == (None, None)
+    ended = RankState(0, False, ended_at=10.0, how="returned")
+    early = [ended, RankState(1, True, front("dist.barrier", 17), 10.1)]
+    assert decide_twice(HangDecider(), early, 10.1) == (None, None)
     late = 10.0 + END_GRACE_S + 0.1
-    waiting = [ended, Seen(1, True, front("dist.barrier", 17), late)]
-    first, second = decide_twice(Judge(), waiting, late)
+    waiting = [ended, RankState(1, True, front("dist.barrier", 17), late)]
+    first, second = decide_twice(HangDecider(), waiting, late)
     assert first is None
     assert second is not None
     assert second.why(1) == (

@@ -16,6 +16,7 @@ from chaoslight._world._wire import (
     Beat,
     Command,
     Dump,
+    Ended,
     Hang,
     Init,
     Inited,
@@ -24,8 +25,7 @@ from chaoslight._world._wire import (
     Reply,
     Resolve,
     Resolved,
-    Result,
-    Run,
+    RunExample,
     Snapshot,
     Store,
     WireError,
@@ -42,7 +42,7 @@ ERROR = ExceptionInfo("ValueError", "bad", "Traceback ...", False, "builtins", d
 EXAMPLES: list[Message] = [
     Init(1, 2, 7, 41234, 30.0),
     Resolve(3, TARGET),
-    Run(4, TARGET, '{"faults": []}', 2.5, "/w", "/w/rank0.jsonl", "YWJj", "/ck.ckpt", True),
+    RunExample(4, TARGET, '{"faults": []}', 2.5, "/w", "/w/rank0.jsonl", "YWJj", "/ck.ckpt", True),
     Dump(4, hung="blocked 1.2 s in collective #8"),
     Dump(4, release=True),
     Ready(123),
@@ -53,8 +53,8 @@ EXAMPLES: list[Message] = [
     Beat(None),
     Hang(4, 1, "rank 1 at t.py:9", "Thread 0x1 ..."),
     Snapshot(4, 0, "rank 0 at t.py:3"),
-    Result(4, 1, FAILED, exception=ERROR, hung=True, group=GROUP_DESTROYED),
-    Result(4, 0, PASSED, value=encode_pickle([1, 2]), value_repr="[1, 2]"),
+    Ended(4, 1, FAILED, exception=ERROR, hung=True, group=GROUP_DESTROYED),
+    Ended(4, 0, PASSED, value=encode_pickle([1, 2]), value_repr="[1, 2]"),
 ]
 
 
@@ -70,7 +70,7 @@ def test_a_message_survives_its_json_line(message: Message) -> None:
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     back = decode(line, Message)
     assert back == message and type(back) is type(message)
-    if isinstance(back, Result):
+    if isinstance(back, Ended):
         assert back.status is message.status  # the enum, not its text
 
 

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 import chaoslight
+from chaoslight import ChaosError, Event, InvalidArgument, Outcome, World
 from chaoslight._report._outcome import overall, settle
-from chaoslight._runtime._events import Event
-from chaoslight._schedule._errors import ChaosError, InvalidArgument
-from chaoslight._world import ExceptionInfo, Outcome, RankResult, World
+from chaoslight._world import ExceptionInfo, RankResult
 from chaoslight._world._example import crash_line
 from chaoslight._world._slot import Slot, WorkersDidNotStart, worker_environment
 from chaoslight._world._target import parse_target

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation
+from chaoslight._report import CRASHED, FAILED, HUNG, PASSED
 from chaoslight._runtime import PROGRESS_SITES, Watchdog
 from chaoslight._runtime._events import FIRED
-from chaoslight._schedule import OOM, Raise, fault_from_text
+from chaoslight._schedule import fault_from_text
 from chaoslight._schedule._validate import check_seconds
 
 
@@ -28,13 +29,13 @@ class ErrorsSurface(Check):
     )
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        stuck = [v for v in evidence.ranks.values() if v.status in ("failed", "hung", "crashed")]
+        stuck = [v for v in evidence.ranks.values() if v.status in (FAILED, HUNG, CRASHED)]
         for event in evidence.events:
             if event.kind != FIRED:
                 continue
             fault = fault_from_text(event.fault)
             view = evidence.ranks.get(event.rank)
-            if not isinstance(fault, (OOM, Raise)) or view is None or view.status != "passed":
+            if not fault.catchable or view is None or view.status != PASSED:
                 continue
             others = [v for v in stuck if v.rank != event.rank]
             if others:
@@ -44,7 +45,7 @@ class ErrorsSurface(Check):
                         self.name,
                         f"the injected {fault.kind} ({event.fault}) was swallowed on rank "
                         f"{event.rank}, which finished, while rank {other.rank} "
-                        f"{'was left waiting' if other.status == 'hung' else 'did not'}: "
+                        f"{'was left waiting' if other.status == HUNG else 'did not'}: "
                         f"{other.evidence or other.status}",
                         rank=event.rank,
                         step=event.step,
@@ -104,7 +105,7 @@ class NoHang(Check):
                     cause=self.cause,
                 )
             ]
-        hung = [view for view in evidence.ranks.values() if view.status == "hung"]
+        hung = [view for view in evidence.ranks.values() if view.status == HUNG]
         if not hung:
             return []
         where = "; ".join(view.evidence or f"rank {view.rank} hung" for view in hung)

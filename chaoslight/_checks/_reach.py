@@ -13,12 +13,12 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._runtime import active
+from chaoslight._runtime._frames import LIBRARIES
 from chaoslight._schedule import LIGHTNING_HOOKS, LIGHTNING_STEPS, SITES
 
 # Observing DDP's gradient all-reduce registers a comm hook, which changes DDP's averaging
 # arithmetic at odd world sizes: the baseline must not perturb the run it measures.
 UNOBSERVED = frozenset({"dist.gradient_allreduce"})
-LIBRARIES = ("lightning", "pytorch_lightning", "torch", "chaoslight", "torchmetrics")
 
 
 def _own(klass: type, name: str) -> bool:
@@ -42,7 +42,7 @@ def user_sites(module: Any, callbacks: list[Any], datamodule: Any = None) -> lis
     return sorted(found)
 
 
-class Reach(Check):
+class ReachRecorder(Check):
     """Records, per rank, every site reached with its steps, and the user's own hooks."""
 
     name = "reach"

@@ -26,7 +26,7 @@ from chaoslight._search._settings import DEFAULT_TIMEOUT_S, NUMBER_CHECKS, SETTI
 
 # Argument name -> its check; an argument a command does not have, or left at None, is skipped.
 # A search's numbers are checked as ``Settings`` checks them, named as the flag is spelt.
-CHECKS: dict[str, Callable[[str, Any], Any]] = {
+ARGUMENT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     **NUMBER_CHECKS,
     "database": lambda name, value: (
         is_url(check_database(name, value) or "") or check_directory(name, value)
@@ -41,7 +41,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse an out-of-range number or an unusable path in any command's arguments."""
     try:
-        for name, check in CHECKS.items():
+        for name, check in ARGUMENT_CHECKS.items():
             value = getattr(args, name, None)
             if value is not None:
                 check("--" + name.replace("_", "-"), value)

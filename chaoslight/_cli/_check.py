@@ -10,7 +10,7 @@ from rich.console import Console
 
 from chaoslight._cli._arguments import add_world_options, search_settings
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
-from chaoslight._search import check
+from chaoslight._search import baseline
 
 
 def add_command(commands: Any) -> None:
@@ -23,7 +23,7 @@ def add_command(commands: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     settings = search_settings(args)
-    verdict, outcome = check(args.target, settings)
+    verdict, outcome = baseline(args.target, settings)
     console = Console(highlight=False, soft_wrap=True, markup=False)
     if verdict.internal:
         console.print(f"chaoslight check: INTERNAL ERROR of chaoslight: {verdict.reason}")

@@ -19,7 +19,7 @@ from chaoslight._cli._progress import Display
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._report import html_beside, show_timeline
 from chaoslight._search import DEFAULT_CHECKS, Settings, fuzz, replay
-from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL, Result
+from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL_ERROR, Result
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._world import World
@@ -172,18 +172,18 @@ def _fuzz(args: argparse.Namespace, settings: Settings, world: World, outputs: O
     console.print(f"replay: {replay_command(outputs.out, failure)}")
     if not args.no_html and outputs.page() is not None:
         traced_timeline(console, world, failure, str(outputs.out))
-    if args.emit_test and result.status != INTERNAL:
+    if args.emit_test and result.status != INTERNAL_ERROR:
         emit_test(failure, test := outputs.test_file())
         console.print(f"regression test written to {test}")
     if result.coverage is not None:
         console.print(result.coverage.line())
-    return {INTERNAL: EXIT_INTERNAL, FLAKY: EXIT_CLEAN}.get(result.status, EXIT_FOUND)
+    return {INTERNAL_ERROR: EXIT_INTERNAL, FLAKY: EXIT_CLEAN}.get(result.status, EXIT_FOUND)
 
 
 def _print_result(console: Console, result: Result, failure: Failure) -> None:
     assert result.schedule is not None and result.verdict is not None
     spent = f"after {result.examples} examples ({result.wall_s:.1f} s)"
-    if result.status == INTERNAL:
+    if result.status == INTERNAL_ERROR:
         console.print(f"chaoslight fuzz: INTERNAL ERROR of chaoslight {spent}: not a finding")
         console.print("  please report it with this output; the schedule that triggered it:")
     elif result.status == BASELINE:

@@ -44,7 +44,7 @@ REAP_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
-class Seen:
+class ProcessSnapshot:
     """A process of the job as it was just before the kill."""
 
     pid: int
@@ -60,7 +60,7 @@ class Ending:
 
     status: int
     timed_out: bool = False
-    seen: list[Seen] = field(default_factory=list)  # at the deadline, before the kill
+    seen: list[ProcessSnapshot] = field(default_factory=list)  # at the deadline, before the kill
     leftovers: list[int] = field(default_factory=list)  # killed after the command ended
     unreaped: bool = False  # the command did not exit even after SIGKILL
     killed_by: int | None = None  # the signal that ended the command, if one did
@@ -71,7 +71,7 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class Job:
+class CommandJob:
     """The command, its environment, and the folder where its processes leave evidence.
 
     ``env`` carries the job's token (``JOB_VARIABLE``): a process outside the command's tree
@@ -103,7 +103,7 @@ class Job:
         return Ending(exit_status(returncode), leftovers=pids, killed_by=killed_by)
 
     def _time_out(self, process: subprocess.Popen[bytes]) -> Ending:
-        seen: list[Seen] = []
+        seen: list[ProcessSnapshot] = []
         procs = self._processes(process.pid)
         try:
             seen = self._evidence(procs)
@@ -150,11 +150,13 @@ class Job:
             key=lambda proc: proc.pid,
         )
 
-    def _evidence(self, procs: list[psutil.Process]) -> list[Seen]:
+    def _evidence(self, procs: list[psutil.Process]) -> list[ProcessSnapshot]:
         """Every process of the job, with the stacks of the Python ones."""
         armed = set(armed_pids(self.events_dir))
         seen = [
-            Seen(proc.pid, name_of(proc), environment_of(proc).get("RANK"), proc.pid in armed)
+            ProcessSnapshot(
+                proc.pid, name_of(proc), environment_of(proc).get("RANK"), proc.pid in armed
+            )
             for proc in procs
         ]
         by_pid = {proc.pid: proc for proc in procs}
@@ -164,7 +166,8 @@ class Job:
             time.sleep(0.05)
         time.sleep(0.1)  # faulthandler writes a thread at a time: let the last one land
         return [
-            Seen(s.pid, s.name, s.rank, s.armed, read_dump(self.events_dir, s.pid)) for s in seen
+            ProcessSnapshot(s.pid, s.name, s.rank, s.armed, read_dump(self.events_dir, s.pid))
+            for s in seen
         ]
 
     def _dumped(self, proc: psutil.Process) -> bool:

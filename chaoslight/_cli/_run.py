@@ -26,7 +26,7 @@ from typing import Any
 
 from rich.console import Console
 
-from chaoslight._cli._job import EXIT_TIMEOUT, Ending, Job, Seen, terminate_raises
+from chaoslight._cli._job import EXIT_TIMEOUT, CommandJob, Ending, ProcessSnapshot, terminate_raises
 from chaoslight._cli._usage import RawDefaultsFormatter, UsageError
 from chaoslight._runtime._autostart import (
     ARMED_VARIABLE,
@@ -40,7 +40,7 @@ from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._model import Schedule
 from chaoslight._sites._damage import make_ledger, settle
 
-DEFAULT_TIMEOUT_S = 3600.0
+RUN_TIMEOUT_S = 3600.0  # the whole job's deadline, by default
 
 EXIT_STATUS_HELP = f"""\
 exit status:
@@ -118,7 +118,7 @@ def add_command(commands: Any) -> None:
     run.add_argument(
         "--timeout",
         type=float,
-        default=DEFAULT_TIMEOUT_S,
+        default=RUN_TIMEOUT_S,
         metavar="S",
         help=f"kill the whole job after S seconds, exit status {EXIT_TIMEOUT} "
         "(default: %(default)g)",
@@ -150,7 +150,7 @@ def run_command(args: argparse.Namespace) -> int:
         ledger = make_ledger(folder)  # backups of what the job's faults damage
         try:
             environment = _environment(schedule, Path(scratch), folder)
-            ending = Job(command, environment, folder).run(timeout)
+            ending = CommandJob(command, environment, folder).run(timeout)
         finally:  # the job is over, whole: the user's files go back as they were
             settle(ledger)
         job = environment[JOB_VARIABLE]
@@ -263,7 +263,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else plural}"
 
 
-def describe(seen: Seen, events: list[Event]) -> str:
+def describe(seen: ProcessSnapshot, events: list[Event]) -> str:
     """``pid 123 (rank 1, python3): last at dist.all_reduce #4 step 1; waits in ...``."""
     own = [e for e in events if e.pid == seen.pid]
     rank = own[-1].rank if own else seen.rank

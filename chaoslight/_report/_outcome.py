@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._report._records import RankResult
-from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED
+from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED, Status
 from chaoslight._report._text import cause_first, describe, rank_end, report, summary
 from chaoslight._report._timeline import Header, Timeline, build, render_text
 from chaoslight._report._timeline_html import render_html
@@ -24,7 +24,7 @@ from chaoslight._schedule._model import Schedule
 class Outcome:
     """The result of ``World.run``: status, per-rank results, all ranks' events by time."""
 
-    status: str
+    status: Status
     ranks: tuple[RankResult, ...]
     events: list[Event] = field(default_factory=list)
     wall_s: float = 0.0
@@ -116,7 +116,7 @@ def settle(results: list[RankResult]) -> tuple[RankResult, ...]:
     return tuple(sorted(settled, key=lambda r: r.rank))
 
 
-def overall(ranks: tuple[RankResult, ...]) -> str:
+def overall(ranks: tuple[RankResult, ...]) -> Status:
     """The example's status: the most severe of its ranks'."""
     statuses = {r.status for r in ranks}
     for status in (CRASHED, HUNG):

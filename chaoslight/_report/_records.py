@@ -7,6 +7,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from chaoslight._report._status import Status
 from chaoslight._runtime._deliberate import is_deliberate
 
 
@@ -70,7 +71,7 @@ class RankResult:
     """
 
     rank: int
-    status: str
+    status: Status
     exception: ExceptionInfo | None = None
     value: Any = None
     value_repr: str | None = None

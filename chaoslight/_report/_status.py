@@ -5,10 +5,10 @@ another rank failed, hung or died is ``released``: it was let go, it is not the 
 
 from __future__ import annotations
 
-from enum import Enum
+from chaoslight._schedule import Vocabulary
 
 
-class Status(str, Enum):
+class Status(Vocabulary):
     """How an example, or one rank of it, ended. A ``str``: it equals, hashes, prints and
     serialises as its value (``"hung"``), so files and messages read as before."""
 
@@ -17,9 +17,6 @@ class Status(str, Enum):
     HUNG = "hung"
     CRASHED = "crashed"
     RELEASED = "released"  # a rank only: let go by a peer's failure, not the cause
-
-    def __str__(self) -> str:
-        return self.value
 
 
 PASSED, FAILED, HUNG, CRASHED, RELEASED = (

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from chaoslight._report._status import HUNG
 from chaoslight._runtime._events import FIRED, NEVER_FIRED, SURFACED, Event
 from chaoslight._runtime._trace import ENTER, EXIT
 from chaoslight._schedule._clip import clip
@@ -139,7 +140,7 @@ def build(header: Header, events: Iterable[Event], ends: Iterable[RankEnd]) -> T
         by_rank.setdefault(event.rank, []).append(event)
     for rank, mine in by_rank.items():
         lane = lanes.setdefault(rank, Lane(rank, RankEnd(rank, "?", "?", f"rank {rank}")))
-        hung = lane.end.status == "hung"
+        hung = lane.end.status == HUNG
         lane.last = duration if hung or not mine else mine[-1].time - origin
         lane.spans = _spans(mine, origin, lane.last)
         lane.marks = _marks(mine, origin)
@@ -147,7 +148,7 @@ def build(header: Header, events: Iterable[Event], ends: Iterable[RankEnd]) -> T
     never = sorted({f"{e.fault}: {e.detail}" for e in events if e.kind == NEVER_FIRED})
     timeline = Timeline(header, ordered, duration, None, any(e.kind == ENTER for e in events))
     timeline.never_fired = never
-    if header.status == "hung":
+    if header.status == HUNG:
         timeline.wavefront = wavefront(ordered)
     return timeline
 

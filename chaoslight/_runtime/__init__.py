@@ -6,7 +6,7 @@ re-exported here: defining it imports Lightning (see ``chaoslight.__getattr__``)
 """
 
 from chaoslight._runtime._context import current_rank, step_of
-from chaoslight._runtime._events import FIRED, NEVER_FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._events import FIRED, FREED, NEVER_FIRED, NOTE, SURFACED, Event
 from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
 from chaoslight._runtime._inject import Injection, Run, ScheduleLike, active, as_schedule, inject
 from chaoslight._runtime._protocol import CHECK_FACTORIES, as_checks, check_from_name
@@ -16,11 +16,11 @@ from chaoslight._runtime._watchdog import HangDetected, Watchdog
 __all__ = [
     "CHECK_FACTORIES",
     "FIRED",
+    "FREED",
     "NEVER_FIRED",
     "NOTE",
     "OBSERVATION",
     "PROGRESS_SITES",
-    "RELEASED",
     "SURFACED",
     "Event",
     "Evidence",

@@ -19,12 +19,12 @@ from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
 from chaoslight._runtime._deliberate import mark
-from chaoslight._runtime._events import FIRED, NOTE, RELEASED, SURFACED, Event
+from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
 from chaoslight._runtime._memory import MemoryLedger, simulated_oom
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
 from chaoslight._runtime._resolve import check_allocation_memory, exception_classes
-from chaoslight._runtime._threads import Internal, PerThread, Progress
+from chaoslight._runtime._threads import InternalCalls, PerThread, SiteEntry
 from chaoslight._schedule._faults import (
     OOM,
     Allocate,
@@ -77,7 +77,7 @@ class Engine:
         # thread's): a DataLoader worker thread or a user thread calling a site must
         # neither see the main thread's sites as its own (and skip its faults) nor pop
         # the main thread's entries.
-        self._stacks: dict[int, list[Progress]] = {}
+        self._stacks: dict[int, list[SiteEntry]] = {}
         # Counting and deciding happen under this lock, so calls from several threads are
         # all counted; it is never held while the wrapped call runs.
         self._lock = threading.RLock()
@@ -133,14 +133,14 @@ class Engine:
 
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
-        return Internal(self._local)
+        return InternalCalls(self._local)
 
     @property
-    def in_progress(self) -> list[Progress]:
+    def in_progress(self) -> list[SiteEntry]:
         """The sites the main thread is inside, outermost first: (site, call #, step)."""
         return self.in_progress_of(threading.main_thread().ident)
 
-    def in_progress_of(self, thread_id: int | None) -> list[Progress]:
+    def in_progress_of(self, thread_id: int | None) -> list[SiteEntry]:
         """The sites thread ``thread_id`` is inside, outermost first (a copy)."""
         return list(self._stacks.get(thread_id or 0, ()))
 
@@ -273,7 +273,7 @@ class Engine:
 
     def _release_due(self, rank: int, step: int | None) -> None:
         for hold in self.ledger.release_due(step):
-            self.record(RELEASED, "memory", rank, step, hold.fault, detail=f"{hold.nbytes} bytes")
+            self.record(FREED, "memory", rank, step, hold.fault, detail=f"{hold.nbytes} bytes")
 
     # -- sync points and budget --------------------------------------------------------
     def sync_point(self) -> None:
@@ -335,8 +335,7 @@ class Engine:
 
 
 # What each kind does when it fires, before the wrapped call: one entry per fault class
-# (a new kind adds its own). Named ``_apply_<kind>``: a traceback reads as the engine
-# applying that fault.
+# (a new kind adds its own), named ``_apply_<kind>`` so a traceback says which fault.
 Action = Callable[[Engine, Any, Firing], None]
 
 

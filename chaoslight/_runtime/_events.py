@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 FIRED = "fired"
 SURFACED = "surfaced"  # a deferred OOM raised at a sync point
-RELEASED = "released"  # an Allocate hold given back
+FREED = "released"  # an Allocate hold given back (not a rank's status)
 NOTE = "note"
 NEVER_FIRED = "unfired"  # a scheduled fault that never fired on this rank, and why
 
@@ -45,6 +45,11 @@ class Event:
         if self.call:
             text += f" (call #{self.call})"
         return text + (f": {self.detail}" if self.detail else "")
+
+
+# What appends an event to a log: ``Engine.record(kind, site, rank, step, fault, call=0,
+# detail="")``, as the tracer and the preemption notices are given it.
+Record = Callable[..., None]
 
 
 def merge(events: Iterable[Event]) -> list[Event]:

@@ -46,7 +46,9 @@ class RankView:
     """What a rank ended with, as a check sees it."""
 
     rank: int
-    status: str  # passed | failed | released | hung | crashed
+    # passed | failed | released | hung | crashed: the values of ``_report.Status``, a layer
+    # above the runtime, which writes them as text
+    status: str
     exception_type: str = ""
     exception_message: str = ""
     evidence: str = ""  # where a hung rank waited, how a crashed one died

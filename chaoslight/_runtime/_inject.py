@@ -174,7 +174,7 @@ class Injection:
     def _judge(self, exc: BaseException | None) -> None:
         """Run every check's judge over this process's events; raise on a violation."""
         rank = current_rank()
-        view = (
+        view = (  # statuses as text: ``_report.Status`` is a layer above (``RankView``)
             RankView(rank, "passed")
             if exc is None
             else RankView(

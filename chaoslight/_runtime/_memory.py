@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._runtime._deliberate import mark
+from chaoslight._schedule import SIMULATED_OOM_MARK
 from chaoslight._schedule._budget import MemoryBudget
 
 
@@ -33,7 +34,7 @@ def simulated_oom(
         f"allocated memory {format_bytes(used)} is allocated by PyTorch, and 0 bytes is reserved "
         "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
-        f"[simulated by chaoslight: {cause}]"
+        f"[{SIMULATED_OOM_MARK}: {cause}]"
     )
     return mark(torch.OutOfMemoryError(message))
 

@@ -15,11 +15,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from chaoslight._runtime._deliberate import mark
-from chaoslight._runtime._events import NOTE
+from chaoslight._runtime._events import NOTE, Record
 from chaoslight._schedule._faults import Preempt
 
 # Detail prefixes the oracle reads back from the event log.
@@ -29,8 +28,6 @@ STEP_SITE = "lightning.training_step"  # armed while a schedule preempts: where 
 
 # Who handled a delivery, as the delivery note names it.
 LIGHTNING, PROGRAM, DEFAULT, IGNORED = "lightning", "the program", "the default action", "ignored"
-
-Record = Callable[..., Any]
 
 
 def handler_owner(handler: Any) -> str:

@@ -51,7 +51,9 @@ def progress_timeout(checks: Iterable[Any], default: float) -> float:
     return min([default, *(float(b) for b in bounds if b is not None)])
 
 
-def judge_check(check: Any, evidence: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
+def check_violations(
+    check: Any, evidence: Evidence, rerun: Rerun, scratch: Path
+) -> list[Violation]:
     """One check's violations: by its rerun judge when it has one, else by ``judge``."""
     if hasattr(check, "judge_reruns"):
         return list(check.judge_reruns(evidence, rerun, scratch))

@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule
-from chaoslight._schedule._faults import Raise
+from chaoslight._schedule._faults import Allocate, Raise
 from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import (
     check_allocations,
@@ -82,7 +82,7 @@ def exception_classes(schedule: Schedule) -> dict[str, type[BaseException]]:
 
 def check_allocation_memory(schedule: Schedule, ranks: int) -> None:
     """The schedule's ``allocate`` faults fit the memory free now (see ``check_allocations``)."""
-    if not any(fault.kind == "allocate" for fault in schedule):
+    if not any(isinstance(fault, Allocate) for fault in schedule):
         return
     available = int(psutil.virtual_memory().available)
     try:

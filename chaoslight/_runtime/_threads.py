@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-Progress = tuple[str, int, int | None]  # (site, call # on this rank, step)
+SiteEntry = tuple[str, int, int | None]  # (site, call # on this rank, step)
 
 
 class PerThread(threading.local):
@@ -21,13 +21,13 @@ class PerThread(threading.local):
 
     depth = 0
 
-    def __init__(self, stacks: dict[int, list[Progress]]) -> None:
+    def __init__(self, stacks: dict[int, list[SiteEntry]]) -> None:
         self.inside: set[str] = set()
-        self.stack: list[Progress] = []
+        self.stack: list[SiteEntry] = []
         stacks[threading.get_ident()] = self.stack
 
 
-class Internal:
+class InternalCalls:
     """A context in which this thread's calls are chaoslight's own: they pass through
     every site (``Engine.internal()``)."""
 

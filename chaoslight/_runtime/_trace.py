@@ -17,20 +17,18 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 
+from chaoslight._runtime._events import Record
 from chaoslight._schedule._catalog import COLLECTIVES, SITES
 
 ENTER, EXIT = "enter", "exit"
 SPAN_KINDS = frozenset({ENTER, EXIT})
+# Every collective the catalogue wraps; DDP's gradient all-reduce is a site of its own.
 COLLECTIVE_SITES = frozenset(f"dist.{name}" for name in COLLECTIVES)
 # Every site but DDP's gradient all-reduce: observing it registers a Python comm hook,
 # which changes DDP's averaging arithmetic (see PROGRESS_SITES). A schedule naming it
 # still arms it, and then it is traced too.
 TRACED_SITES = frozenset(SITES) - {"dist.gradient_allreduce"}
-
-# engine.record(kind, site, rank, step, fault, call, detail)
-Record = Callable[[str, str, int, "int | None", str, int, str], None]
 
 
 class Tracer:

@@ -30,6 +30,7 @@ from chaoslight._schedule._faults import (
     OFF_COLLECTIVES,
     OOM,
     REORDER_ORDERS,
+    SIMULATED_OOM_MARK,
     Allocate,
     Corrupt,
     Crash,
@@ -45,6 +46,7 @@ from chaoslight._schedule._faults import (
 )
 from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._textform import fault_from_text, make_fault
+from chaoslight._schedule._vocabulary import Vocabulary
 
 __all__ = [
     "COLLECTIVES",
@@ -58,6 +60,7 @@ __all__ = [
     "REDUCTION",
     "REORDER_ORDERS",
     "RESULT",
+    "SIMULATED_OOM_MARK",
     "SITES",
     "SYNC",
     "Allocate",
@@ -78,6 +81,7 @@ __all__ = [
     "Schedule",
     "Severity",
     "SiteInfo",
+    "Vocabulary",
     "clip",
     "fault_from_text",
     "fault_kind",

@@ -20,6 +20,7 @@ from chaoslight._schedule._errors import InvalidArgument, suggest
 from chaoslight._schedule._kind import (
     FAULT_KINDS,
     OFF_COLLECTIVES,
+    SIMULATED_OOM_MARK,
     Fault,
     Severity,
     fault_kind,
@@ -93,6 +94,7 @@ class OOM(Fault):
 
     kind: ClassVar[str] = "oom"
     aborts_call: ClassVar[bool] = True
+    catchable: ClassVar[bool] = True
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 2
     drawn_at: ClassVar[str | None] = OFF_COLLECTIVES
@@ -105,6 +107,9 @@ class OOM(Fault):
 
     def aborts(self) -> bool:
         return not self.deferred
+
+    def surfaced_in(self, error_text: str) -> bool:
+        return SIMULATED_OOM_MARK in error_text
 
 
 @fault_kind
@@ -125,6 +130,9 @@ class Allocate(Fault):
     def _validate(self) -> None:
         check_bytes("nbytes", self.nbytes)
         check_optional_bounded_int("hold_steps", self.hold_steps, 1, MAX_COUNT, COUNT_WHY)
+
+    def surfaced_in(self, error_text: str) -> bool:
+        return SIMULATED_OOM_MARK in error_text  # a budget's OOM, when it went over
 
 
 @fault_kind
@@ -195,6 +203,7 @@ class Raise(Fault):
 
     kind: ClassVar[str] = "raise"
     aborts_call: ClassVar[bool] = True
+    catchable: ClassVar[bool] = True
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 1
     drawn_at: ClassVar[str | None] = OFF_COLLECTIVES
@@ -236,6 +245,10 @@ class Raise(Fault):
             )
         if not all(isinstance(a, (str, int, float, bool)) or a is None for a in self.args):
             raise InvalidArgument(f"args={self.args!r} must hold only str, int, float, bool, None")
+
+    def surfaced_in(self, error_text: str) -> bool:
+        name = self.exception.split(":")[-1].split(".")[-1]
+        return name in error_text and all(str(arg) in error_text for arg in self.args)
 
 
 def _is_builtin_exception(name: str) -> bool:
@@ -300,6 +313,9 @@ class Crash(Fault):
             )
         object.__setattr__(self, "signal", int(self.signal))  # signal.SIGTERM -> 15
 
+    def surfaced_in(self, error_text: str) -> bool:
+        return True  # its rank died of it: whatever it printed is the crash's
+
 
 MAX_PREEMPT_AFTER_S = 60.0
 
@@ -323,6 +339,7 @@ class Preempt(Fault):
     """
 
     kind: ClassVar[str] = "preempt"
+    acts_later: ClassVar[bool] = True
     kills_process: ClassVar[bool] = True  # unless the program handles SIGTERM
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 5
@@ -332,3 +349,6 @@ class Preempt(Fault):
         why = "a notice later than that is a different trigger: use a later step"
         after = check_duration("after", self.after, MAX_PREEMPT_AFTER_S, why)
         object.__setattr__(self, "after", after)
+
+    def surfaced_in(self, error_text: str) -> bool:
+        return "SIGTERMException" in error_text  # Lightning's, raised after the notice

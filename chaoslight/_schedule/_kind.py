@@ -11,7 +11,6 @@ again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
 from chaoslight._schedule._catalog import SITES
@@ -24,21 +23,22 @@ from chaoslight._schedule._validate import (
     RANK_WHY,
     check_optional_bounded_int,
 )
+from chaoslight._schedule._vocabulary import Vocabulary
 
 # A pseudo-capability for the search: any site but a collective (see ``Fault.drawn_at``).
 OFF_COLLECTIVES = "off-collectives"
+# In the message of every OOM chaoslight simulates (``_runtime/_memory.py``): how the
+# oracle tells the injected OOM from one the program ran into by itself.
+SIMULATED_OOM_MARK = "simulated by chaoslight"
 
 
-class Severity(str, Enum):
+class Severity(Vocabulary):
     """The oracle's class of a fault: what a correct program can be asked to do under it
     (``docs/explanation/oracle.md``), mildest first."""
 
     BENIGN = "benign"  # it must pass and every check hold
     HARD = "hard"  # it may fail cleanly or recover consistently, never hang or swallow
     DESYNC = "desync"  # no correct program survives it: nothing may hang
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,10 @@ class Fault:
     kills_process: ClassVar[bool] = False  # ends its process: inject() needs allow_crash
     drawn_by_default: ClassVar[bool] = False  # a search given no faults=[...] draws it
     needs_peers: ClassVar[bool] = False  # a no-op in one process: in-process search skips it
+    catchable: ClassVar[bool] = False  # raises an error into the program, which may catch it
+    # Its firing is a notice whose effect comes later (a preemption's SIGTERM): it counts
+    # once delivered, and a run where only such faults struck may show the framework's bug.
+    acts_later: ClassVar[bool] = False
     simplicity: ClassVar[int] = 0  # its place in the simplest-first order a search shrinks to
     # The capability whose sites a search draws it at (OFF_COLLECTIVES: any site but a
     # collective; None: any site); a subclass that leaves it out is drawn where it can fire.
@@ -108,6 +112,12 @@ class Fault:
         """Whether firing raises at the site, so the wrapped call never runs (a deferred
         OOM raises later, at a sync point)."""
         return self.aborts_call
+
+    def surfaced_in(self, error_text: str) -> bool:
+        """Whether a rank's error (its traceback and message) is this fault's own, come to
+        the surface: how the oracle tells a rank ended by its fault from one that swallowed
+        it and failed later. A kind that ends its rank by other means says False."""
+        return False
 
     def params(self) -> dict[str, Any]:
         """The kind's own parameters (not the trigger), as JSON-compatible values."""

@@ -1,8 +1,8 @@
 """Layer 7, the search: run Hypothesis-generated schedules on a World, judge each run by
 the fault-aware oracle, shrink and replay failures, write failure files.
 
-``fuzz`` is the default search; ``check`` runs a target once with no fault (what a user
-wants to know before searching); ``replay`` runs a failure file again.
+``fuzz`` is the default search; ``baseline`` runs a target once with no fault (what a
+user wants to know before searching); ``replay`` runs a failure file again.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = [
     "Result",
     "Settings",
     "Verdict",
-    "check",
+    "baseline",
     "fuzz",
     "judge",
     "replay",
@@ -135,13 +135,14 @@ def _failure(job: Job, result: Result) -> Failure | None:
     )
 
 
-def check(
+def baseline(
     target: str, settings: Settings | None = None, **keywords: Any
 ) -> tuple[Verdict, Outcome]:
-    """Run ``target`` once with no fault and the default checks: does it work at all?
+    """Run ``target`` once with no fault (the baseline) and the default checks: does it
+    work at all? (``chaoslight check`` on the command line.)
     Of ``settings`` (or keywords naming them) it uses ``world_size``, ``checks`` and
     ``timeout``."""
-    job = make_job(target, with_keywords(settings, keywords, "check"))
+    job = make_job(target, with_keywords(settings, keywords, "baseline"))
     with World(size=job.world_size) as world:
         return job.run(world, Schedule())
 

@@ -4,7 +4,7 @@ and minimises them.
 0. The empty schedule runs first, twice: a target that fails with no fault injected is
    reported as such (``BASELINE``), with its own error, instead of blaming some fault.
 1. Generate schedules and run each on the World until one fails (or the budget is spent).
-   A failure whose cause is inside chaoslight stops the campaign as ``INTERNAL``.
+   A failure whose cause is inside chaoslight stops the campaign as ``INTERNAL_ERROR``.
 2. Hypothesis shrinks it: fewer faults, lower ranks, earlier steps, simpler kinds.
 3. Faults that never fired are dropped, then a deletion pass drops any fault the failure
    does not need (Hypothesis can stop short): every fault left is needed.
@@ -41,18 +41,24 @@ from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
 from chaoslight._search._settings import Settings, with_keywords
+from chaoslight._search._statuses import (
+    BASELINE,
+    CLEAN,
+    FLAKY,
+    FOUND,
+    INTERNAL_ERROR,
+    CampaignPhase,
+    CampaignStatus,
+)
 
-CLEAN, FAILED, FLAKY = "clean", "failed", "flaky"
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
-BASELINE = "fails-without-faults"  # the empty schedule already fails
-INTERNAL = "internal-error"  # chaoslight itself raised: not a finding
 
 
 @dataclass
 class Progress:
     """Live counters of a campaign, for the display."""
 
-    phase: str = "generating"
+    phase: CampaignPhase = CampaignPhase.GENERATING
     examples: int = 0
     failures: int = 0  # failures found (1 once one is; shrinking's reruns do not count)
     started: float = field(default_factory=time.monotonic)
@@ -67,7 +73,7 @@ class Progress:
 class Result:
     """How a campaign ended: clean, a minimal failing schedule, or a flaky one."""
 
-    status: str
+    status: CampaignStatus
     schedule: Schedule | None = None
     verdict: Verdict | None = None
     outcome: Any = None
@@ -81,7 +87,7 @@ class Result:
     @property
     def minimal(self) -> bool:
         """Shrunk and 1-minimal (every fault needed): only a reproduced failure is."""
-        return self.status == FAILED
+        return self.status == FOUND
 
 
 class _Found(Exception):
@@ -146,20 +152,21 @@ class Campaign:
         try:
             self.on_result(result)  # e.g. the failure file: before any database write
         finally:
-            if result.status in (FAILED, FLAKY) and result.schedule.faults:
+            if result.status in (FOUND, FLAKY) and result.schedule.faults:
                 self._remember(result.schedule)
         return result
 
     def _execute(self) -> Result:
         started = self._started = time.monotonic()
-        self._phase("baseline")
+        self._phase(CampaignPhase.BASELINE)
         runs = [self._example(Schedule()) for _ in range(2)]  # twice: is it deterministic?
         failing = [run for run in runs if run[0].failed]
         if failing:
             verdict, outcome = failing[0]
             other = runs[1] if failing[0] is runs[0] else runs[0]
             return self._finish(BASELINE, Schedule(), verdict, outcome, started, [other[0]])
-        self._phase("generating")  # the database's failures, the probes, then the search
+        # The database's failures, the probes, then the search.
+        self._phase(CampaignPhase.GENERATING)
         found = self._known_failure() or self._probe() or self._search()
         if found is None:
             wall = time.monotonic() - started
@@ -171,17 +178,19 @@ class Campaign:
                 known=list(self.known.values()),
             )
         if found.verdict.internal:
-            return self._finish(INTERNAL, found.schedule, found.verdict, found.outcome, started)
+            return self._finish(
+                INTERNAL_ERROR, found.schedule, found.verdict, found.outcome, started
+            )
         self.progress.failures = 1  # found by a probe or the database, or by the search
-        self._phase("minimising")
+        self._phase(CampaignPhase.MINIMISING)
         self._failing[found.schedule.to_text()] = (found.verdict, found.outcome)
         schedule = self._minimise(found.schedule, found.verdict)
         verdict, outcome = self._failing[schedule.to_text()]  # its failing run, not a new one
-        return self._finish(FAILED, schedule, verdict, outcome, started)
+        return self._finish(FOUND, schedule, verdict, outcome, started)
 
     def _finish(
         self,
-        status: str,
+        status: CampaignStatus,
         schedule: Schedule,
         verdict: Verdict,
         outcome: Any,
@@ -189,7 +198,7 @@ class Campaign:
         seen: list[Verdict] | None = None,
     ) -> Result:
         """Replay the failure (the first replay in a fresh World); differing replays: flaky."""
-        self._phase("replaying")
+        self._phase(CampaignPhase.REPLAYING)
         replays = list(seen or [])
         for index in range(self.settings.replays):
             if self.out_of_time():
@@ -198,7 +207,7 @@ class Campaign:
         differs = any(
             r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays
         )
-        if differs and status in (FAILED, BASELINE):
+        if differs and status in (FOUND, BASELINE):
             status = FLAKY
         return Result(
             status,
@@ -258,7 +267,7 @@ class Campaign:
                 self.progress.failures = 1
                 if self._first_failure_at is None:
                     self._first_failure_at = self.progress.examples
-                self._phase("shrinking")
+                self._phase(CampaignPhase.SHRINKING)
                 raise _Found(schedule, verdict, outcome)
 
         if self.settings.seed is not None:
@@ -339,7 +348,7 @@ class Campaign:
             return self.strategy()
         return self.strategy
 
-    def _phase(self, phase: str) -> None:
+    def _phase(self, phase: CampaignPhase) -> None:
         self.progress.phase = phase
         self.on_progress(self.progress)
 

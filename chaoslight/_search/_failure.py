@@ -21,6 +21,7 @@ from chaoslight._schedule._validate import (
     read_text_file,
 )
 from chaoslight._search._specs import read_spec, resolve_specs, skip_line
+from chaoslight._search._statuses import FOUND
 
 # The cheap checks every default search runs: each holds for every correct program under
 # the oracle's rules (docs/explanation/oracle.md). A bare schedule file replays with them.
@@ -40,7 +41,7 @@ class Failure:
     timeout: float = 30.0
     checks: tuple[dict[str, Any], ...] = ()
     reason: str = ""
-    status: str = "failed"
+    status: str = FOUND  # the campaign's (``CampaignStatus``); a file's, as text
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -107,7 +108,7 @@ class Failure:
             check_timeout("timeout", doc.get("timeout", 30.0)),
             tuple(read_spec(index, raw) for index, raw in enumerate(raw_checks)),
             _text(doc, "reason", ""),
-            _text(doc, "status", "failed"),
+            _text(doc, "status", FOUND),
         )
 
 

@@ -22,8 +22,6 @@ from typing import Any
 from chaoslight._report import HUNG, PASSED, cause_first
 from chaoslight._schedule import Fault
 
-CAUGHT_KINDS = ("oom", "raise")  # the faults that raise in the rank, and can be caught
-
 CAUGHT_CAUSE = (
     "an error caught on one rank only and its step skipped or replaced there (a constant "
     "loss has no graph: DDP's gradient all-reduce never runs on that rank): let the error "
@@ -86,7 +84,7 @@ def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> tuple[str, bool]:
     by_rank = {r.rank: r for r in outcome.ranks}
     for rank, fault in fired:
         result = by_rank.get(rank)
-        if fault.kind not in CAUGHT_KINDS or result is None or result.status not in (HUNG, PASSED):
+        if not fault.catchable or result is None or result.status not in (HUNG, PASSED):
             continue
         if result.status == HUNG and _HANDLING.search(result.stacks or ""):
             return f"rank {rank} hung while handling the injected {fault} (in on_exception)", True

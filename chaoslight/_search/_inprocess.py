@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from chaoslight._report import ExceptionInfo, Outcome, RankResult
+from chaoslight._report import FAILED, PASSED, ExceptionInfo, Outcome, RankResult
 from chaoslight._runtime._inject import inject
 from chaoslight._schedule._errors import CheckFailed
 from chaoslight._schedule._model import Schedule
@@ -29,11 +29,11 @@ def run_in_process(
         exception = exc
     run = injection.run
     if exception is None:
-        result = RankResult(0, "passed")
+        result = RankResult(0, PASSED)
     else:
         info = ExceptionInfo.of(exception)
-        result = RankResult(0, "failed", info, evidence=f"rank 0 raised: {info}")
-    status = "failed" if run.violations or exception is not None else "passed"
+        result = RankResult(0, FAILED, info, evidence=f"rank 0 raised: {info}")
+    status = FAILED if run.violations or exception is not None else PASSED
     return Outcome(
         status,
         (result,),

@@ -9,7 +9,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslight._checks._reach import Reach as ReachRecorder
+from chaoslight._checks._reach import ReachRecorder
 from chaoslight._runtime import as_checks
 from chaoslight._schedule import Schedule
 from chaoslight._search._oracle import Verdict, judge

@@ -108,10 +108,10 @@ _PLUMBING = (f"{os.sep}torch{os.sep}distributed{os.sep}", f"{os.sep}wrapt{os.sep
 _STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\S+)', re.M)  # faulthandler
 _TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
-Frame = tuple[str, str]  # (file name, function)
+FrameName = tuple[str, str]  # (file name, function)
 
 
-def _threads(stacks: str, current: bool = False) -> list[list[Frame]]:
+def _threads(stacks: str, current: bool = False) -> list[list[FrameName]]:
     """A faulthandler dump's threads, innermost frame first; the thread that dumped only
     when ``current`` (a fatal signal's dump: that thread is the one that died)."""
     blocks = re.split(r"^(?=Thread 0x|Current thread 0x)", stacks, flags=re.M)
@@ -131,20 +131,20 @@ def _crash_dump(result: Any) -> str:
     return dump if found else ""
 
 
-def _traceback_frames(text: str) -> list[Frame]:
+def _traceback_frames(text: str) -> list[FrameName]:
     """The frames of the exception a traceback ends with, innermost first."""
     last = text.rsplit("Traceback (most recent call last):", 1)[-1]
     return _TRACEBACK_FRAME.findall(last)[::-1]
 
 
-def _collective_caller(frames: list[Frame]) -> Frame | None:
+def _collective_caller(frames: list[FrameName]) -> FrameName | None:
     """The frame that issued the collective these frames wait in (None: not in one)."""
     if not frames or f"{os.sep}torch{os.sep}distributed{os.sep}" not in frames[0][0]:
         return None
     return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
 
 
-def _blocked_in(result: Any) -> Frame | None:
+def _blocked_in(result: Any) -> FrameName | None:
     """Who issued the collective a rank was blocked in: from its stacks when it hung or died
     by a fatal signal, else from the torch.distributed error that released it."""
     for frames in [*_threads(result.stacks or ""), *_threads(_crash_dump(result), True)]:
@@ -157,7 +157,7 @@ def _blocked_in(result: Any) -> Frame | None:
     return None
 
 
-def _is_sigterm_broadcast(caller: Frame) -> bool:
+def _is_sigterm_broadcast(caller: FrameName) -> bool:
     filename, function = caller
     return any(
         function == name and filename.endswith(flavour + path)
@@ -169,13 +169,14 @@ def _is_sigterm_broadcast(caller: Frame) -> bool:
 def _more_than_a_preemption(outcome: Any) -> bool:
     """A fault other than a preemption that is not benign fired: the failure may be its."""
     for event in outcome.events:
-        if event.kind != FIRED or event.fault.startswith("preempt@"):
+        if event.kind != FIRED:
             continue
         try:
-            if fault_class(fault_from_text(event.fault)) != BENIGN:
-                return True
+            fault = fault_from_text(event.fault)
         except InvalidSchedule:
             return True  # a fault this version cannot read: do not call the run Lightning's
+        if not fault.acts_later and fault_class(fault) != BENIGN:
+            return True
     return False
 
 

@@ -25,14 +25,13 @@ from chaoslight._runtime import FIRED, NEVER_FIRED, Violation
 from chaoslight._schedule import (
     Fault,
     InvalidSchedule,
-    Raise,
+    Vocabulary,
     clip,
     fault_from_text,
 )
 from chaoslight._search._hangs import hang_reason, mismatch_cause
 from chaoslight._search._known import match_known
 from chaoslight._search._preemption import (
-    PREEMPT_RULE,
     Delivery,
     by_default_action,
     deliveries,
@@ -46,14 +45,36 @@ from chaoslight._search._severity import (
     fault_class,
 )
 
-# Rules, named in verdicts and in docs/explanation/oracle.md.
-NO_FAULT = "no fault fired: the run must pass and every check hold"
-BENIGN_RULE = "only benign faults fired: the run must pass and every check hold"
-FAILED_CLEANLY = "a hard fault fired and every rank ended, the faulted rank by the fault"
-RECOVERED = "a hard fault fired and every rank recovered: the checks must hold"
-HANG_RULE = "nothing may hang"
-SWALLOWED = "a hard fault's error must not be swallowed while a peer fails or waits"
-INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
+
+class Rule(Vocabulary):
+    """The rule a verdict applied (``Verdict.rule``), as docs/explanation/oracle.md words
+    it. A ``str``, as ``Status`` is: it equals, prints and serialises as its text."""
+
+    NO_FAULT = "no fault fired: the run must pass and every check hold"
+    BENIGN = "only benign faults fired: the run must pass and every check hold"
+    FAILED_CLEANLY = "a hard fault fired and every rank ended, the faulted rank by the fault"
+    RECOVERED = "a hard fault fired and every rank recovered: the checks must hold"
+    HANG = "nothing may hang"
+    SWALLOWED = "a hard fault's error must not be swallowed while a peer fails or waits"
+    PREEMPTED = (
+        "a preemption (SIGTERM) was delivered: every rank stops by itself, in time, at the same"
+        " step"
+    )  # judged by ``_preemption``
+    INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
+
+
+NO_FAULT, BENIGN_RULE, FAILED_CLEANLY, RECOVERED = (
+    Rule.NO_FAULT,
+    Rule.BENIGN,
+    Rule.FAILED_CLEANLY,
+    Rule.RECOVERED,
+)
+HANG_RULE, SWALLOWED, PREEMPT_RULE, INTERNAL_RULE = (
+    Rule.HANG,
+    Rule.SWALLOWED,
+    Rule.PREEMPTED,
+    Rule.INTERNAL,
+)
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
@@ -68,7 +89,7 @@ class Verdict:
     status: str
     violations: list[Violation] = field(default_factory=list)
     fired: tuple[tuple[int, str], ...] = ()  # (rank, fault), sorted: ranks race in time
-    rule: str = NO_FAULT
+    rule: Rule = NO_FAULT
     internal: bool = False
     never_fired: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # for each fault that never fired: where its site ran
@@ -87,12 +108,13 @@ def fired_faults(outcome: Any) -> list[tuple[int, Fault]]:
     for event in outcome.events:
         if event.kind != FIRED:
             continue
-        if event.fault.startswith("preempt@") and (event.rank, event.fault) not in delivered:
-            continue
         try:
-            found.append((event.rank, fault_from_text(event.fault)))
+            fault = fault_from_text(event.fault)
         except InvalidSchedule:
             continue  # an event log from another chaoslight version: judge without it
+        if fault.acts_later and (event.rank, event.fault) not in delivered:
+            continue
+        found.append((event.rank, fault))
     return found
 
 
@@ -191,14 +213,14 @@ def _judge_one(outcome: Any) -> Verdict:
     internal = internal_error(outcome)
     if internal is not None:
         reason = f"internal error in chaoslight: {internal}"
-        return Verdict(True, reason, rule=INTERNAL, internal=True, **base)
+        return Verdict(True, reason, rule=INTERNAL_RULE, internal=True, **base)
     worst = max((SEVERITY.index(fault_class(f)) for _, f in fired), default=-1)
     if worst < 0:
         return _must_pass(outcome, NO_FAULT, base)
     if SEVERITY[worst] == BENIGN:
         return _must_pass(outcome, BENIGN_RULE, base)
-    hard_kinds = {f.kind for _, f in fired if fault_class(f) != BENIGN}
-    if hard_kinds == {"preempt"}:  # a hang after a preemption may be Lightning's own bug
+    if all(f.acts_later for _, f in fired if fault_class(f) != BENIGN):
+        # Only notices struck (preemptions): a hang after one may be Lightning's own bug.
         return _preempted(outcome, fired, deliveries(outcome), base)
     if outcome.status == HUNG:
         return Verdict(True, hang_reason(outcome, fired), rule=HANG_RULE, **base)
@@ -224,7 +246,7 @@ def _preempted(
     return Verdict(False, "", rule=PREEMPT_RULE, **base)
 
 
-def _must_pass(outcome: Any, rule: str, base: dict[str, Any]) -> Verdict:
+def _must_pass(outcome: Any, rule: Rule, base: dict[str, Any]) -> Verdict:
     violations = [v for v in outcome.violations if not getattr(v, "warning", False)]
     warnings = tuple(str(v) for v in outcome.violations if getattr(v, "warning", False))
     base = {**base, "notes": (*base["notes"], *warnings)}
@@ -267,18 +289,7 @@ def _ended_by_fault(result: Any, faults: list[Fault]) -> bool:
     if result.status != FAILED or result.exception is None or not faults:
         return False
     text = f"{result.exception.traceback}\n{result.exception}"
-    return any(_surfaced(fault, text) for fault in faults)
-
-
-def _surfaced(fault: Fault, text: str) -> bool:
-    if fault.kind in ("oom", "allocate"):
-        return "simulated by chaoslight" in text
-    if isinstance(fault, Raise):
-        name = fault.exception.split(":")[-1].split(".")[-1]
-        return name in text and all(str(arg) in text for arg in fault.args)
-    if fault.kind == "preempt":
-        return "SIGTERMException" in text
-    return fault.kind == "crash"
+    return any(fault.surfaced_in(text) for fault in faults)
 
 
 def _swallowed(result: Any, fault: Fault, outcome: Any, later: bool) -> str:

@@ -20,9 +20,6 @@ from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, cause_first
 from chaoslight._runtime import NOTE
 from chaoslight._runtime._preempt import DEFAULT, DELIVERED, LIGHTNING, STOPPED
 
-PREEMPT_RULE = (
-    "a preemption (SIGTERM) was delivered: every rank stops by itself, in time, at the same step"
-)
 NCCL_NOTE = "on NCCL a rank whose peer left waits instead: the same run hangs on GPUs"
 STOP_EXCEPTIONS = ("SIGTERMException", "SystemExit")  # stopping by itself, as an error
 

@@ -139,12 +139,12 @@ class Reach:
     def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         site = "lightning.training_step"
         steps = sorted(step for name, step in self.points if name == site and step is not None)
-        if "preempt" not in kinds or world_size < 2 or not steps:
+        if Preempt.kind not in kinds or world_size < 2 or not steps:
             return []
         return [Preempt(site=site, rank=world_size - 1, step=steps[0])]
 
     def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
-        if "oom" not in kinds:
+        if OOM.kind not in kinds:
             return []
         for site in ("lightning.forward", "lightning.training_step"):
             steps = sorted(step for name, step in self.points if name == site and step is not None)
@@ -217,9 +217,9 @@ def _probes_at(
 ) -> list[Fault]:
     found: list[Fault] = []
     slow = (site in user and not site.endswith(PER_BATCH)) or slow_write
-    if slow and "delay" in kinds:  # a straggler; at a save, a slow write its readers race
+    if slow and Delay.kind in kinds:  # a straggler; at a save, a slow write its readers race
         found.append(Delay(PROBE_SECONDS, site=site, rank=rank, step=step))
-    if site in ("torch.save", "torch.load") and "raise" in kinds:
+    if site in ("torch.save", "torch.load") and Raise.kind in kinds:
         found.append(
             Raise("OSError", (28, "No space left on device"), site=site, rank=rank, step=step)
         )

@@ -23,7 +23,7 @@ from chaoslight._sites._core import (
 from chaoslight._sites._patch import MISSING, Patch, resolve, wrap_attribute
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
-    _lightning.PATCH_POINTS + _ddp.PATCH_POINTS + _torch.PATCH_POINTS
+    _lightning.LIGHTNING_POINTS + _ddp.DDP_POINTS + _torch.TORCH_POINTS
 )
 
 __all__ = [

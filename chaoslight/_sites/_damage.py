@@ -102,31 +102,31 @@ class _State:
     keep: Path | None = None
 
 
-STATE = _State()
+DAMAGE_STATE = _State()
 
 
 def begin(events_file: str | os.PathLike[str] | None) -> Ledger:
     """The ledger of an injection starting in this process (shared if its parent made one)."""
     shared = None if events_file is None else Path(events_file).absolute().parent / LEDGER
     if shared is not None and shared.is_dir():
-        STATE.ledger = Ledger(shared, shared=True)
+        DAMAGE_STATE.ledger = Ledger(shared, shared=True)
     else:
-        STATE.ledger = Ledger(None, shared=False)
-    return STATE.ledger
+        DAMAGE_STATE.ledger = Ledger(None, shared=False)
+    return DAMAGE_STATE.ledger
 
 
 def end(ledger: Ledger | None) -> None:
     """The injection is over: no more damage; a private ledger restores now."""
-    if STATE.ledger is ledger:
-        STATE.ledger = None
+    if DAMAGE_STATE.ledger is ledger:
+        DAMAGE_STATE.ledger = None
     if ledger is not None:
         ledger.close()
 
 
 def damage(target: str | os.PathLike[str], data: bytes) -> None:
     """Overwrite the file ``target`` with ``data``, undoably; nothing without a ledger."""
-    if STATE.ledger is not None:
-        STATE.ledger.damage(os.path.realpath(target), data)
+    if DAMAGE_STATE.ledger is not None:
+        DAMAGE_STATE.ledger.damage(os.path.realpath(target), data)
 
 
 def make_ledger(beside: Path) -> Path:
@@ -142,10 +142,10 @@ def settle(folder: Path) -> None:
     ``holding``, keep it for the end of the job."""
     if not folder.is_dir():
         return
-    if STATE.held is not None and STATE.keep is not None:
-        kept = STATE.keep / f"{len(STATE.held):05d}"
+    if DAMAGE_STATE.held is not None and DAMAGE_STATE.keep is not None:
+        kept = DAMAGE_STATE.keep / f"{len(DAMAGE_STATE.held):05d}"
         shutil.move(str(folder), str(kept))
-        STATE.held.append(kept)
+        DAMAGE_STATE.held.append(kept)
         return
     if restore(folder):
         shutil.rmtree(folder, ignore_errors=True)
@@ -155,16 +155,16 @@ def settle(folder: Path) -> None:
 def holding(scratch: Path) -> Iterator[None]:
     """Runs of one job (a schedule's restarts): what one run damaged stays damaged for the
     next, and everything is put back when the block ends."""
-    if STATE.held is not None:  # inside an outer job: that one restores
+    if DAMAGE_STATE.held is not None:  # inside an outer job: that one restores
         yield
         return
-    STATE.keep = Path(tempfile.mkdtemp(prefix="held-damage-", dir=scratch))
-    STATE.held = []
+    DAMAGE_STATE.keep = Path(tempfile.mkdtemp(prefix="held-damage-", dir=scratch))
+    DAMAGE_STATE.held = []
     try:
         yield
     finally:
-        folders, keep = STATE.held, STATE.keep
-        STATE.held = STATE.keep = None
+        folders, keep = DAMAGE_STATE.held, DAMAGE_STATE.keep
+        DAMAGE_STATE.held = DAMAGE_STATE.keep = None
         if restore(*folders):
             shutil.rmtree(keep, ignore_errors=True)
 

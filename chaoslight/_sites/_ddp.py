@@ -99,7 +99,7 @@ def _register_on_setup(
     return model
 
 
-PATCH_POINTS: tuple[PatchPoint, ...] = (
+DDP_POINTS: tuple[PatchPoint, ...] = (
     LightningPoint(
         "lightning:ddp_comm_hook",
         (

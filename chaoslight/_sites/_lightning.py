@@ -160,7 +160,7 @@ def _paths(suffix: str) -> tuple[str, ...]:
     return tuple(f"{flavour}.{suffix}" for flavour in FLAVOURS)
 
 
-PATCH_POINTS: tuple[PatchPoint, ...] = (
+LIGHTNING_POINTS: tuple[PatchPoint, ...] = (
     LightningPoint(
         "lightning:trainer",
         _paths("trainer.call"),

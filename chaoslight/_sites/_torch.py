@@ -108,7 +108,7 @@ def _collective_points() -> tuple[PatchPoint, ...]:
     return tuple(points)
 
 
-PATCH_POINTS: tuple[PatchPoint, ...] = (
+TORCH_POINTS: tuple[PatchPoint, ...] = (
     *_collective_points(),
     PatchPoint(
         "torch:cuda.synchronize",

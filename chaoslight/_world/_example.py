@@ -1,4 +1,4 @@
-"""One example in flight, seen from the parent: collect every rank's messages, then judge.
+"""One example in flight, seen from the parent: every rank's messages until each has ended.
 
 Each rank ends in one of three ways: its ``result`` message arrives (it returned or
 raised, perhaps after its watchdog fired), its pipe closes (the process died), or the
@@ -25,15 +25,15 @@ from chaoslight._runtime._events import FIRED, NOTE, Event, merge, read_event_lo
 from chaoslight._sites import _damage
 from chaoslight._world._pump import pump
 from chaoslight._world._slot import Slot
-from chaoslight._world._wavefront import TICK_S, Front, Judge, Seen, Verdict
-from chaoslight._world._wire import Beat, Dump, Hang, Reply, Result, Snapshot, decode_pickle
+from chaoslight._world._wavefront import TICK_S, Front, HangDecider, HangDecision, RankState
+from chaoslight._world._wire import Beat, Dump, Ended, Hang, Reply, Snapshot, decode_pickle
 
 RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
 SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
 ERROR_MARKERS = ("what():", "Fatal Python error")
 WAVEFRONT = True  # False: only the watchdogs' timeout finds hangs (for comparison)
 ACK_S = 1.0  # ranks told they are hung are released once all answered, or after this
-DURING = (Beat, Hang, Snapshot, Result)  # the replies about one example, naming it by its id
+DURING = (Beat, Hang, Snapshot, Ended)  # the replies about one example, naming it by its id
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Watch:
     """What the parent knows about one rank during one example."""
 
     heard: float
-    result: Result | None = None
+    result: Ended | None = None
     died: bool = False
     killed: bool = False
     hang: Hang | None = None
@@ -64,7 +64,7 @@ class Watch:
             self.front, self.front_at = msg.front, time.monotonic()
         elif isinstance(msg, Snapshot):
             self.snapshot = msg
-        elif isinstance(msg, Result):
+        elif isinstance(msg, Ended):
             self.result = msg
         return False
 
@@ -87,8 +87,8 @@ class Example:
         self.wall_s = 0.0
         self.watches = {slot.rank: Watch(heard=self.start) for slot in slots}
         self.first_hang: float | None = None
-        self.judge = Judge()
-        self.verdict: Verdict | None = None  # why the wavefront says the example is hung
+        self.decider = HangDecider()
+        self.decision: HangDecision | None = None  # why the wavefront says the example is hung
         self.let_go = False  # whether the ranks it names were told to leave their collectives
         # Beside the events files: a rank backs up there what its faults damage, and the
         # parent puts it back when the example is over (a crashed rank cannot).
@@ -125,7 +125,7 @@ class Example:
                     self._hung(watch.heard)
                 if not watch.pending and watch.ended_s is None:
                     watch.ended_s = watch.heard - self.start
-            if WAVEFRONT and (self.first_hang is None or self.verdict is not None):
+            if WAVEFRONT and (self.first_hang is None or self.decision is not None):
                 self._check_wavefront(time.monotonic())
         self.wall_s = time.monotonic() - self.start
 
@@ -161,26 +161,26 @@ class Example:
                 watch.hang = Hang(self.ident, rank, f"rank {rank} stopped answering ({silent})")
                 self._hung(now)
 
-    def _seen(self) -> list[Seen]:
+    def _seen(self) -> list[RankState]:
         out = []
         for rank, watch in self.watches.items():
             ended = None if watch.ended_s is None else self.start + watch.ended_s
             how = "died" if watch.died else "returned"
             if watch.result is not None and watch.result.status != PASSED:
                 how = "raised"
-            out.append(Seen(rank, watch.pending, watch.front, watch.front_at, ended, how))
+            out.append(RankState(rank, watch.pending, watch.front, watch.front_at, ended, how))
         return out
 
     def _check_wavefront(self, now: float) -> None:
         """Every pending rank blocked where no peer can meet it: hung; then release them."""
-        if self.verdict is None:
-            self.verdict = self.judge.decide(now, self._seen())
-            if self.verdict is None:
+        if self.decision is None:
+            self.decision = self.decider.decide(now, self._seen())
+            if self.decision is None:
                 return
             self._hung(now)
             for slot in self._blocked():
                 self.watches[slot.rank].asked = True  # it reports its position with the hang
-                slot.send(Dump(self.ident, hung=self.verdict.why(slot.rank)))
+                slot.send(Dump(self.ident, hung=self.decision.why(slot.rank)))
         elif not self.let_go:
             answered = all(self.watches[slot.rank].hang is not None for slot in self._blocked())
             if answered or now >= (self.first_hang or now) + ACK_S:
@@ -189,15 +189,15 @@ class Example:
                     slot.send(Dump(self.ident, release=True))
 
     def _blocked(self) -> list[Slot]:
-        """The slots of pending ranks the verdict names."""
-        fronts = self.verdict.fronts if self.verdict is not None else {}
+        """The slots of pending ranks the decision names."""
+        fronts = self.decision.fronts if self.decision is not None else {}
         return [s for s in self.slots if self.watches[s.rank].pending and s.rank in fronts]
 
     def _wake_at(self, now: float) -> float:
         times = [now + 1.0]
-        if WAVEFRONT and self.first_hang is None and self.judge.watching(self._seen()):
+        if WAVEFRONT and self.first_hang is None and self.decider.watching(self._seen()):
             times.append(now + TICK_S)
-        if self.verdict is not None and not self.let_go and self.first_hang is not None:
+        if self.decision is not None and not self.let_go and self.first_hang is not None:
             times.append(self.first_hang + ACK_S)
         if self.first_hang is not None:
             times.append(self.first_hang + RELEASE_GRACE_S)

@@ -1,4 +1,4 @@
-"""Judging a World example's checks over every rank's observations and results."""
+"""The checks of a World example, each judging every rank's observations and results."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from chaoslight._report import FAILED, PASSED, Outcome
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
-from chaoslight._runtime._protocol import judge_check
+from chaoslight._runtime._protocol import check_violations
 
 
 class CheckJudgeError(RuntimeError):
@@ -31,7 +31,7 @@ def evidence_of(outcome: Outcome) -> Evidence:
     return Evidence(outcome.events, views, outcome.schedule)
 
 
-def judge(
+def apply_checks(
     checks: list[Any], outcome: Outcome, rerun: Callable[..., Outcome], scratch: Path
 ) -> Outcome:
     """The outcome with its violations; checks that compare runs get their extra runs.
@@ -46,7 +46,7 @@ def judge(
     evidence = evidence_of(outcome)
     for check in checks:
         try:
-            violations += judge_check(
+            violations += check_violations(
                 check, evidence, lambda *a, **k: evidence_of(rerun(*a, **k)), scratch
             )
         except Exception as exc:  # the check's own bug, named: not a verdict on the program

@@ -23,7 +23,7 @@ from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._model import Schedule
 from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
 from chaoslight._world._example import Example, Watch
-from chaoslight._world._judging import judge
+from chaoslight._world._judging import apply_checks
 from chaoslight._world._pump import Lost, pump
 from chaoslight._world._restart import run_with_restarts
 from chaoslight._world._slot import (
@@ -44,12 +44,12 @@ from chaoslight._world._wire import (
     Inited,
     Resolve,
     Resolved,
-    Run,
+    RunExample,
     Store,
     encode_pickle,
 )
 
-DEFAULT_TIMEOUT_S = 30.0
+WORLD_TIMEOUT_S = 30.0  # the World's own default (a search's is Settings.timeout)
 START_TIMEOUT_S = 180.0  # importing torch and Lightning in every rank at once
 INIT_TIMEOUT_S = 60.0
 
@@ -144,7 +144,7 @@ class World:
         """Every worker process the World holds, spares included."""
         return [slot.pid for slot in self._every]
 
-    def start(self, timeout: float = DEFAULT_TIMEOUT_S) -> World:
+    def start(self, timeout: float = WORLD_TIMEOUT_S) -> World:
         """Wait until every rank (and spare) is up and the process group exists.
 
         ``run`` does this itself, except waiting for the spares.
@@ -159,7 +159,7 @@ class World:
         target: str,
         schedule: ScheduleLike = None,
         *,
-        timeout: float = DEFAULT_TIMEOUT_S,
+        timeout: float = WORLD_TIMEOUT_S,
         checks: Iterable[Any] = (),
         trace: bool = False,
     ) -> Outcome:
@@ -195,7 +195,7 @@ class World:
                 return self._example(spec, again, timeout, blob, workdir, resume_from, trace)
 
             outcome = rerun()
-            return judge(checked, outcome, rerun, self._root)
+            return apply_checks(checked, outcome, rerun, self._root)
         except InvalidArgument:
             raise
         except BaseException:
@@ -366,7 +366,9 @@ class World:
         folder.mkdir(parents=True, exist_ok=True)
         example = Example(self._count, slots, timeout, folder, self._selector)
         text = plan.to_json(indent=None)
-        run = Run(example.ident, spec, text, timeout, str(work), "", checks, resume_from, trace)
+        run = RunExample(
+            example.ident, spec, text, timeout, str(work), "", checks, resume_from, trace
+        )
         for slot in slots:
             slot.send(replace(run, events=str(example.events_path(slot.rank))))
         example.collect()

@@ -26,7 +26,7 @@ makes it look blocked (a CPU share, which starving lowers, does not decide). A r
 blocked in gloo sleeps, and a sleeping thread accrues neither CPU nor run-queue wait
 whatever the load (gloo's loop thread wakes every 10 ms for microseconds, each wake-up
 waiting about one time slice: far below half a window). So the hung ranks' looks read as
-on an idle machine, from the first one (no earlier reading is needed), and the verdict
+on an idle machine, from the first one (no earlier reading is needed), and the decision
 comes ``BLOCKED_S`` + ``CONFIRM_S`` + a few ``TICK_S`` after the hang (about 1 s), late
 only by the watchdog's and the parent's wake-ups (milliseconds: a waking sleeper is
 scheduled first). Where ``/proc`` cannot be read no rank is blocked: the timeout decides.
@@ -34,7 +34,7 @@ scheduled first). Where ``/proc`` cannot be read no rank is blocked: the timeout
 group's TCP connections, and gloo raises "Connection closed by peer" in every rank that
 waits on them.
 
-Parent side, ``Judge.decide()`` (each wake-up of ``Example.collect``) declares a hang
+Parent side, ``HangDecider.decide()`` (each wake-up of ``Example.collect``) declares a hang
 when every pending rank has been blocked for ``BLOCKED_S`` (fresh reports) and either
 their (collective, sequence number) differ, or some rank has ended (returned, raised or
 died) ``END_GRACE_S`` before (gloo releases the peers of a rank that fails or dies by
@@ -58,12 +58,10 @@ from typing import Any
 
 from chaoslight._runtime._frames import is_library
 from chaoslight._runtime._stacks import active_engine
-from chaoslight._schedule._catalog import COLLECTIVES
+from chaoslight._runtime._trace import COLLECTIVE_SITES
 from chaoslight._world._sched import Reading, asleep, read_threads
 
-# Every collective the site catalogue wraps; not dist.gradient_allreduce (see above).
-COLLECTIVE_SITES = tuple(f"dist.{name}" for name in COLLECTIVES)
-GRADIENT_ALLREDUCE = "dist.gradient_allreduce"
+GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see above)
 
 TICK_S = 0.1  # how often a worker looks at its main thread
 REPORT_AFTER_S = 0.3  # a worker reports a collective it has been blocked in this long
@@ -294,8 +292,8 @@ def _shut(fd: int, inode: int, store_port: int) -> bool:
 
 # -- the parent's side ----------------------------------------------------------------------
 @dataclass(frozen=True)
-class Seen:
-    """What the parent knows of one rank, for ``Judge.decide``."""
+class RankState:
+    """What the parent knows of one rank, for ``HangDecider.decide``."""
 
     rank: int
     pending: bool
@@ -305,18 +303,18 @@ class Seen:
     how: str = ""  # how it ended: "returned", "raised", "died"
 
 
-class Judge:
+class HangDecider:
     """Decides, from the ranks' reports, that an example is hung (see the module)."""
 
     def __init__(self) -> None:
         self.suspect: tuple[Any, ...] | None = None
         self.suspect_at = 0.0
 
-    def watching(self, seen: list[Seen]) -> bool:
+    def watching(self, seen: list[RankState]) -> bool:
         """Whether some pending rank reports a collective (the parent should look often)."""
         return any(s.pending and s.front is not None for s in seen)
 
-    def decide(self, now: float, seen: list[Seen]) -> Verdict | None:
+    def decide(self, now: float, seen: list[RankState]) -> HangDecision | None:
         """The evidence that the example is hung, or None."""
         pending = [s for s in seen if s.pending]
         ended = [s for s in seen if not s.pending and s.ended_at is not None]
@@ -341,17 +339,17 @@ class Judge:
         if now - self.suspect_at < CONFIRM_S or any(s.front_at <= self.suspect_at for s in pending):
             return None
         gone = {s.rank: s.how for s in ended}
-        return Verdict(dict(sorted(fronts.items())), dict(sorted(gone.items())))
+        return HangDecision(dict(sorted(fronts.items())), dict(sorted(gone.items())))
 
 
-def blocked(seen: Seen, now: float) -> bool:
+def blocked(seen: RankState, now: float) -> bool:
     """The rank reported, recently, a collective it has been blocked in for ``BLOCKED_S``."""
     front = seen.front
     return front is not None and front.blocked_s >= BLOCKED_S and now - seen.front_at <= FRESH_S
 
 
 @dataclass(frozen=True)
-class Verdict:
+class HangDecision:
     """Why an example is hung: where each pending rank is blocked, how the others ended."""
 
     fronts: dict[int, Front]

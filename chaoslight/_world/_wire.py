@@ -2,10 +2,10 @@
 
 A worker has three pipes (``_slot.Slot``, ``_worker.Channel``). Down the first go the
 commands its main thread reads between examples: ``Init`` (create the gloo group),
-``Resolve`` (import a target), ``Run`` (one example). Down the second goes ``Dump``
+``Resolve`` (import a target), ``RunExample`` (one example). Down the second goes ``Dump``
 (where are you now?), read by a thread so it is answered while the main thread is
 stuck. Up the third come the replies: ``Ready``, ``Store``, ``Inited``, ``Resolved``,
-``Beat``, ``Hang``, ``Snapshot``, ``Result``. End of file on a pipe means the other
+``Beat``, ``Hang``, ``Snapshot``, ``Ended``. End of file on a pipe means the other
 side is gone.
 
 ``encode`` and ``decode`` are the one place where a message meets JSON: a field is a
@@ -31,13 +31,22 @@ from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from chaoslight._report import ExceptionInfo, Status
+from chaoslight._schedule import Vocabulary
 from chaoslight._schedule._clip import clip
 from chaoslight._schedule._errors import ChaosError
 from chaoslight._world._target import Target
 from chaoslight._world._wavefront import Front
 
-# How a rank's process group came out of an example (``Result.group``).
-GROUP_KEPT, GROUP_DESTROYED, GROUP_LOST = "ok", "destroyed", "lost"
+
+class Group(Vocabulary):
+    """How a rank's process group came out of an example (``Ended.group``)."""
+
+    KEPT = "ok"  # whole: the next example reuses it
+    DESTROYED = "destroyed"  # destroyed after a failure, to release the peers
+    LOST = "lost"  # the target destroyed or replaced it
+
+
+GROUP_KEPT, GROUP_DESTROYED, GROUP_LOST = Group.KEPT, Group.DESTROYED, Group.LOST
 
 
 class WireError(ChaosError):
@@ -91,7 +100,7 @@ class Resolve(Command):
 
 
 @dataclass(frozen=True)
-class Run(Command):
+class RunExample(Command):
     """Run example ``id``: ``target`` under ``schedule`` (its JSON) in ``workdir``,
     appending events to ``events``; ``checks`` is ``encode_pickle``'s text or None."""
 
@@ -184,7 +193,7 @@ class Snapshot(Reply):
 
 
 @dataclass(frozen=True)
-class Result(Reply):
+class Ended(Reply):
     """How rank ``rank`` ended example ``id``: it returned (``value`` as
     ``encode_pickle``'s text, None if it does not pickle; ``value_repr`` always) or raised
     (``exception``); whether its watchdog had fired (``hung``); what became of its
@@ -198,11 +207,11 @@ class Result(Reply):
     value: str | None = None
     value_repr: str | None = None
     hung: bool = False
-    group: str = GROUP_KEPT
+    group: Group = GROUP_KEPT
 
 
-COMMANDS = (Init, Resolve, Run, Dump)
-REPLIES = (Ready, Store, Inited, Resolved, Beat, Hang, Snapshot, Result)
+COMMANDS = (Init, Resolve, RunExample, Dump)
+REPLIES = (Ready, Store, Inited, Resolved, Beat, Hang, Snapshot, Ended)
 MESSAGES: dict[str, type[Message]] = {kind.OP: kind for kind in COMMANDS + REPLIES}
 M = TypeVar("M", bound=Message)
 

@@ -2,7 +2,7 @@
 
 Started as ``python -m chaoslight._world._worker CMD_FD CTL_FD MSG_FD``; the messages on
 those pipes are ``_wire``'s. Commands arrive on CMD_FD, read by the main thread between
-examples (``Init``, ``Resolve``, ``Run``). CTL_FD carries ``Dump`` (where are you now?),
+examples (``Init``, ``Resolve``, ``RunExample``). CTL_FD carries ``Dump`` (where are you now?),
 answered by a reader thread even while the main thread is stuck. Replies leave on MSG_FD
 (stdout and stderr belong to the target). End of file on either command pipe means the
 parent is gone.
@@ -55,12 +55,11 @@ from chaoslight._world._wavefront import (
     only_group,
 )
 from chaoslight._world._wire import (
-    GROUP_DESTROYED,
-    GROUP_KEPT,
-    GROUP_LOST,
     Beat,
     Command,
     Dump,
+    Ended,
+    Group,
     Hang,
     Init,
     Inited,
@@ -68,8 +67,7 @@ from chaoslight._world._wire import (
     Reply,
     Resolve,
     Resolved,
-    Result,
-    Run,
+    RunExample,
     Snapshot,
     Store,
     WireError,
@@ -157,7 +155,7 @@ def _is_distributed(exc: BaseException) -> bool:
     return False
 
 
-def returned(ident: int, rank: int, value: Any) -> Result:
+def returned(ident: int, rank: int, value: Any) -> Ended:
     """A passing result: the value pickled (None if it does not pickle or is too big to
     send), and its repr."""
     try:
@@ -168,7 +166,7 @@ def returned(ident: int, rank: int, value: Any) -> Result:
         blob = encode_pickle(value, MAX_VALUE_BYTES)
     except Exception:
         blob = None
-    return Result(ident, rank, PASSED, value=blob, value_repr=text[:2000])
+    return Ended(ident, rank, PASSED, value=blob, value_repr=text[:2000])
 
 
 class Worker:
@@ -205,7 +203,7 @@ class Worker:
                 self.init(msg)
             elif isinstance(msg, Resolve):
                 self.resolve(msg)
-            elif isinstance(msg, Run):
+            elif isinstance(msg, RunExample):
                 self.run(msg)
             else:  # a Dump belongs on the control pipe
                 raise WireError(f"{msg.OP!r} came on the command pipe")
@@ -255,17 +253,17 @@ class Worker:
                 print(f"chaoslight: destroying the process group failed: {exc}", file=sys.stderr)
         self.group = self.store = None
 
-    def settle(self, clean: bool) -> str:
+    def settle(self, clean: bool) -> Group:
         """After an example: the group kept, destroyed (to release peers) or lost."""
         import torch.distributed as dist
 
         if not dist.is_initialized() or dist.group.WORLD is not self.group:
             self.release()  # the target destroyed the group (or replaced it)
-            return GROUP_LOST
+            return Group.LOST
         if not clean:
             self.release()
-            return GROUP_DESTROYED
-        return GROUP_KEPT
+            return Group.DESTROYED
+        return Group.KEPT
 
     def set_timeout(self, timeout: float) -> None:
         from torch.distributed.distributed_c10d import _set_pg_timeout
@@ -288,7 +286,7 @@ class Worker:
             return
         self.channel.send(Resolved(msg.id))
 
-    def run(self, msg: Run) -> None:
+    def run(self, msg: RunExample) -> None:
         self.current, self.hang = msg.id, None
         self.tracker.reset()
         self.sent_at, self.sent_front = 0.0, False
@@ -305,7 +303,7 @@ class Worker:
         gc.collect()  # after replying: this example's DDP reducer goes while its group lives
         gc.freeze()  # what survives an example is long-lived: later collections skip it
 
-    def call(self, msg: Run) -> Result:
+    def call(self, msg: RunExample) -> Ended:
         """Run the target once under the schedule and the watchdog; never raises."""
         try:
             target = self.load(msg.target)
@@ -327,7 +325,7 @@ class Worker:
             ):
                 value = target()
         except BaseException as exc:
-            return Result(msg.id, self.rank, FAILED, exception=exception_info(exc))
+            return Ended(msg.id, self.rank, FAILED, exception=exception_info(exc))
         return returned(msg.id, self.rank, value)
 
     def on_hang(self, report: HangReport) -> None:
