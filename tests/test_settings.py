@@ -87,6 +87,7 @@ BAD = [
     ({"max_examples": 0}, "max_examples=0 must be at least 1"),
     ({"replays": 1000}, "replays=1000 must be at most 100"),
     ({"timeout": 0}, "timeout=0 must be a positive number of seconds"),
+    ({"timeout": 1e9}, "timeout=1e+09 must be at most 86400 (a day"),
     ({"max_time": float("nan")}, "max_time=nan must be a positive number of seconds"),
     ({"strict": "yes"}, "strict='yes' must be True or False"),
     ({"seed": 1.5}, "seed=1.5 must be an int"),

@@ -17,7 +17,6 @@ released by its process-group timeout instead. Works in any process, not only a 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._stacks import HangReport, active_engine, dump_stacks, snapshot
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
+from chaoslight._schedule._validate import check_seconds
 
 INTERRUPT_SIGNAL = signal.SIGUSR2
 
@@ -145,13 +145,7 @@ class Watchdog:
         self.last_error: Exception | None = None
 
     def _set_timeout(self, timeout: float) -> None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not (math.isfinite(timeout) and timeout > 0)
-        ):
-            raise InvalidArgument(f"timeout={timeout!r} must be a positive number of seconds")
-        self.timeout = float(timeout)
+        self.timeout = check_seconds("timeout", timeout)
         fastest = min(0.1, self.timeout / 20, self.tick_every if self.on_tick else 0.1)
         self.poll = self._poll if self._poll is not None else max(0.01, fastest)
 

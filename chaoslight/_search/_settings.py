@@ -28,6 +28,7 @@ from chaoslight._schedule._validate import (
     check_seconds,
     check_seed,
     check_shard,
+    check_timeout,
     check_world_size,
 )
 from chaoslight._search._database import check_database
@@ -51,7 +52,7 @@ def _optional_seconds(name: str, value: Any) -> float | None:
 # command line on its flags (named as the flag is spelt), so both say the same words.
 NUMBER_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "world_size": check_world_size,
-    "timeout": check_seconds,
+    "timeout": check_timeout,
     "max_examples": _bounded(1, MAX_EXAMPLES, RUNS_WHY),
     "replays": _bounded(0, MAX_REPLAYS, RUNS_WHY),
     "steps": _bounded(1, MAX_STEPS, STEPS_WHY),
