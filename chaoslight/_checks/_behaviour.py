@@ -10,6 +10,7 @@ from chaoslight._runtime import PROGRESS_SITES, Watchdog
 from chaoslight._runtime._events import FIRED
 from chaoslight._schedule import fault_from_text
 from chaoslight._schedule._validate import check_seconds
+from chaoslight._world import WORLD_TIMEOUT_S
 
 
 class ErrorsSurface(Check):
@@ -73,7 +74,7 @@ class NoHang(Check):
         """The sites the watchdog watches for progress (collectives, steps, batch hooks)."""
         return PROGRESS_SITES
 
-    def __init__(self, timeout: float = 30.0) -> None:
+    def __init__(self, timeout: float = WORLD_TIMEOUT_S) -> None:
         self.timeout = check_seconds("timeout", timeout)
         self._dog: Any = None
         self._hang: Any = None

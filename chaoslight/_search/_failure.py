@@ -22,6 +22,7 @@ from chaoslight._schedule._validate import (
 )
 from chaoslight._search._specs import read_spec, resolve_specs, skip_line
 from chaoslight._search._statuses import FOUND
+from chaoslight._world import WORLD_TIMEOUT_S
 
 # The cheap checks every default search runs: each holds for every correct program under
 # the oracle's rules (docs/explanation/oracle.md). A bare schedule file replays with them.
@@ -38,7 +39,7 @@ class Failure:
     schedule: Schedule
     target: str = ""
     world_size: int = 2
-    timeout: float = 30.0
+    timeout: float = WORLD_TIMEOUT_S  # a file without one: the World's own default
     checks: tuple[dict[str, Any], ...] = ()
     reason: str = ""
     status: str = FOUND  # the campaign's (``CampaignStatus``); a file's, as text
@@ -105,7 +106,7 @@ class Failure:
             Schedule.from_dict(doc["schedule"]),
             _text(doc, "target", ""),
             check_world_size("world_size", doc.get("world_size", 2)),
-            check_timeout("timeout", doc.get("timeout", 30.0)),
+            check_timeout("timeout", doc.get("timeout", WORLD_TIMEOUT_S)),
             tuple(read_spec(index, raw) for index, raw in enumerate(raw_checks)),
             _text(doc, "reason", ""),
             _text(doc, "status", FOUND),

@@ -9,9 +9,10 @@ checks reach it only through the runtime's check protocol.
 from __future__ import annotations
 
 from chaoslight._report import ExceptionInfo, Outcome, RankResult
-from chaoslight._world._pool import World
+from chaoslight._world._pool import WORLD_TIMEOUT_S, World
 
 __all__ = [
+    "WORLD_TIMEOUT_S",
     "ExceptionInfo",
     "Outcome",
     "RankResult",
