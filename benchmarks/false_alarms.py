@@ -46,12 +46,17 @@ def campaign(
     return result.status, reason, time.monotonic() - started, failure
 
 
-def replays_from_file(failure: chaoslight.Failure, times: int) -> int:
-    """How many of ``times`` replays from the saved file, each in a fresh World, fail."""
+def replays_from_file(entry: Entry, failure: chaoslight.Failure, times: int) -> int:
+    """How many of ``times`` replays from the saved file, each in a fresh World, fail. A
+    file names the entry's own check by import path, and replay imports nothing a file
+    names: the entry's check classes are handed over, as a user would name them."""
+    checks = entry.build_checks()
+    own = [type(c) for c in checks if not type(c).__module__.startswith("chaoslight.")]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "failure.json"
         failure.save(path)
-        return sum(chaoslight.replay(chaoslight.Failure.load(path))[0].failed for _ in range(times))
+        loaded = chaoslight.Failure.load(path)
+        return sum(chaoslight.replay(loaded, user_checks=own)[0].failed for _ in range(times))
 
 
 def main() -> None:
@@ -77,7 +82,7 @@ def main() -> None:
                 buggy += 1
                 found += status != CLEAN
                 if failure is not None and args.file_replays:
-                    hits = replays_from_file(failure, args.file_replays)
+                    hits = replays_from_file(entry, failure, args.file_replays)
                     reproduced += hits
                     replayed += args.file_replays
                     print(f"{'':<20} replayed from its file in a fresh World: "

@@ -9,11 +9,29 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FIRED = "fired"
-SURFACED = "surfaced"  # a deferred OOM raised at a sync point
-FREED = "released"  # an Allocate hold given back (not a rank's status)
-NOTE = "note"
-NEVER_FIRED = "unfired"  # a scheduled fault that never fired on this rank, and why
+from chaoslight._schedule import Vocabulary
+
+
+class EventKind(Vocabulary):
+    """What an event records (its ``kind``, as the JSON-lines log spells it)."""
+
+    FIRED = "fired"  # a fault fired
+    SURFACED = "surfaced"  # a deferred OOM raised at a sync point
+    FREED = "released"  # an Allocate hold given back (not a rank's status)
+    NOTE = "note"  # something the judge should know (a delivered notice, skipped lines)
+    NEVER_FIRED = "unfired"  # a scheduled fault that never fired on this rank, and why
+    OBSERVATION = "observation"  # what a check's observer recorded
+    ENTER = "enter"  # a traced site call began (``inject(trace=True)``)
+    EXIT = "exit"  # ... and ended
+
+
+FIRED, SURFACED, FREED, NOTE, NEVER_FIRED = (
+    EventKind.FIRED,
+    EventKind.SURFACED,
+    EventKind.FREED,
+    EventKind.NOTE,
+    EventKind.NEVER_FIRED,
+)
 
 
 @dataclass(frozen=True)

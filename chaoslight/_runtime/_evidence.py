@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaoslight._runtime._events import Event
+from chaoslight._runtime._events import Event, EventKind
 
-OBSERVATION = "observation"
+OBSERVATION = EventKind.OBSERVATION
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import sys
 import threading
 
-from chaoslight._runtime._events import Record
+from chaoslight._runtime._events import EventKind, Record
 from chaoslight._schedule._catalog import COLLECTIVES, SITES
 
-ENTER, EXIT = "enter", "exit"
+ENTER, EXIT = EventKind.ENTER, EventKind.EXIT
 SPAN_KINDS = frozenset({ENTER, EXIT})
 # Every collective the catalogue wraps; DDP's gradient all-reduce is a site of its own.
 COLLECTIVE_SITES = frozenset(f"dist.{name}" for name in COLLECTIVES)

@@ -18,6 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from chaoslight._runtime import OBSERVATION
 from chaoslight._schedule import (
     FAULT_KINDS,
     LIGHTNING_STEPS,
@@ -63,7 +64,7 @@ class Reach:
         user: set[str] = set()
         found = False
         for event in outcome.events:
-            if event.kind != "observation" or event.site != "reach":
+            if event.kind != OBSERVATION or event.site != "reach":
                 continue
             found = True
             facts = _facts(event)
