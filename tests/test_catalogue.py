@@ -123,7 +123,11 @@ def test_the_default_search_finds_the_bug_and_names_its_cause(
     assert not result.verdict.internal
     assert names_all(result.verdict.reason, entry.cause(function)), result.verdict.reason
     if entry.finding == FOUND:
-        verdict, _ = run(entry, entry.fixed, result.schedule, world)
+        # In a fresh World: a thread the buggy twin's last example left running (an export
+        # delayed by the fault) can write into the next example's directory of a shared
+        # World, an isolation gap noted and left open (issue 19's closing note).
+        with World(size=entry.world_size) as fresh:
+            verdict, _ = run(entry, entry.fixed, result.schedule, fresh)
         assert not verdict.failed, (str(result.schedule), verdict.reason)
 
 
