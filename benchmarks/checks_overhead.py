@@ -11,11 +11,15 @@ Two targets (``target_tiny``, ``target_large``: an MLP fit with SGD, ``devices``
   tiny   64-256-10 MLP (19 K parameters), batch 64, 80 steps by default, 9 rounds;
   large  1024-2048-2048-2048-10 MLP (10.5 M parameters), batch 128, 8 steps, 7 rounds.
 
-Each is run two ways, interleaved with the order alternating each round:
+Each is run two ways (three in a World), interleaved with the order rotating each round:
 
   (a) no checks;
   (b) every single-run check: ReplicasInSync, FiniteLoss, FiniteGrads, DisjointShards,
-      ErrorsSurface, NoHang(60).
+      ErrorsSurface, NoHang(60);
+  (c) in a World: the checks ``chaoslight fuzz`` uses by default (``DEFAULT_CHECKS``: the
+      silent-damage checks too, which judge against the fault-free reference), and
+      (c0) the defaults before them (``OLD_DEFAULTS``), side by side: c/c0 is what the
+      new default checks cost together.
 
 1. World: ``world.run("benchmarks/checks_overhead.py:target_SIZE", Schedule(), checks=...)``
    in one ``chaoslight.World(size=2)``; the median ``outcome.wall_s`` of (a) and (b), and b/a.
@@ -23,7 +27,8 @@ Each is run two ways, interleaved with the order alternating each round:
    target; the median wall time of (a) and (b), and b/a (plain ``trainer.fit`` with no
    ``inject`` is timed too, for reference). One rank: ReplicasInSync has nothing to compare.
 
-Targets: b/a <= 1.10 at the large size, <= 1.25 at the tiny one. The summary at the end
+Targets: b/a <= 1.10 at the large size, <= 1.25 at the tiny one; c/c0 <= 1.10 at the
+large size. The summary at the end
 prints b/a for every size and place.
 """
 
@@ -169,6 +174,24 @@ def all_checks() -> list[Any]:
     ]
 
 
+# The default checks before the silent-damage ones joined them (issue 20).
+OLD_DEFAULTS = ("replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface", "no-hang")
+
+
+def default_checks() -> list[Any]:
+    """The checks ``chaoslight fuzz`` uses when given none, as objects."""
+    from chaoslight._search import DEFAULT_CHECKS
+    from chaoslight.checks import check_by_name
+
+    return [check_by_name(name) for name in DEFAULT_CHECKS]
+
+
+def old_default_checks() -> list[Any]:
+    from chaoslight.checks import check_by_name
+
+    return [check_by_name(name) for name in OLD_DEFAULTS]
+
+
 def interleave(rounds: int, ways: dict[str, Callable[[], float]]) -> dict[str, list[float]]:
     """Run every way once per round, rotating the order; the times of each way."""
     names = list(ways)
@@ -180,9 +203,13 @@ def interleave(rounds: int, ways: dict[str, Callable[[], float]]) -> dict[str, l
     return times
 
 
-def ratio(times: dict[str, list[float]]) -> tuple[float, float]:
-    """b/a of the medians of the last two ways, and the median of the per-round ratios."""
-    checked, unchecked = list(times)[-1], list(times)[-2]
+def ratio(times: dict[str, list[float]], checked: str | None = None) -> tuple[float, float]:
+    """b/a of the medians (``checked``, default the last way, over the one before it, or
+    over ``a no checks`` when named), and the median of the per-round ratios."""
+    if checked is None:
+        checked, unchecked = list(times)[-1], list(times)[-2]
+    else:
+        unchecked = "a no checks"
     whole = statistics.median(times[checked]) / statistics.median(times[unchecked])
     paired = statistics.median(b / a for b, a in zip(times[checked], times[unchecked], strict=True))
     return whole, paired
@@ -196,7 +223,7 @@ def report(title: str, times: dict[str, list[float]], goal: float | None) -> Non
         median = statistics.median(times[name])
         spread = " ".join(f"{t:.3f}" for t in times[name])
         print(f"  {name:<34} median {median:.3f} s  x{median / base:.3f}  [{spread}]")
-    whole, paired = ratio(times)
+    whole, paired = ratio(times, "b all checks" if "b all checks" in times else None)
     target_text = f" (target <= {goal:.2f})" if goal else ""
     print(f"  b/a = {whole:.3f}{target_text}   [median of per-round ratios {paired:.3f}]")
 
@@ -221,12 +248,28 @@ def world_times(
 
         return run
 
-    ways = {"a no checks": way("a no checks", []), "b all checks": way("b all checks", checks)}
-    for run in ways.values():  # warm-up: first-call costs in the workers
+    chosen = {
+        "a no checks": [],
+        "c0 the old defaults": old_default_checks(),
+        "c the defaults": default_checks(),
+        "b all checks": checks,
+    }
+    caller.update({label: [] for label in chosen})
+    ways = {label: way(label, checks) for label, checks in chosen.items()}
+    for run in ways.values():  # warm-up: first-call costs in the workers (references too)
         run()
     for values in caller.values():
         values.clear()
     return interleave(rounds, ways), caller
+
+
+def defaults_ratio(times: dict[str, list[float]]) -> str:
+    """c/c0 and c/a: what the new default checks cost, and all the defaults."""
+    c, c0, a = (
+        statistics.median(times[k])
+        for k in ("c the defaults", "c0 the old defaults", "a no checks")
+    )
+    return f"c/c0 {c / c0:.3f} (target <= 1.10), c/a {c / a:.3f}"
 
 
 def in_process_times(size: str, rounds: int) -> dict[str, list[float]]:
@@ -337,11 +380,12 @@ def main() -> None:
         if size in alone:
             report_per_check(size, alone[size])
         for place, times in (("World(size=2)", world[size][0]), ("in-process", local[size])):
-            whole, paired = ratio(times)
+            whole, paired = ratio(times, "b all checks" if "b all checks" in times else None)
             summary.append(
                 f"  {size:<6} {place:<14} b/a {whole:.3f} "
                 f"(per-round median {paired:.3f}; target <= {model.goal:.2f})"
             )
+        summary.append(f"  {size:<6} World(size=2)  {defaults_ratio(world[size][0])}")
     print("\nall-default-checks overhead (b/a):")
     print("\n".join(summary))
 

@@ -11,7 +11,14 @@ from chaoslight.strategies import schedules
 
 from chaoslight import Schedule, Settings, Verdict
 from chaoslight._search import Campaign
-from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, FOUND, INTERNAL_ERROR
+from chaoslight._search._campaign import (
+    BASELINE,
+    CLEAN,
+    FLAKY,
+    FLAKY_BASELINE,
+    FOUND,
+    INTERNAL_ERROR,
+)
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
 from chaoslight._search._reach import Reach
 
@@ -72,10 +79,33 @@ def test_a_failure_that_does_not_replay_is_flaky_never_minimal() -> None:
     assert any(not r.failed for r in result.replays)
 
 
-def test_a_flaky_baseline_is_flaky_with_the_empty_schedule() -> None:
-    """An empty schedule failing once in two runs is a flaky target, not a finding."""
+def test_a_flaky_baseline_is_the_programs_own_race_with_its_rate() -> None:
+    """An empty schedule failing in one of its runs is a finding of its own (not a flaky
+    fault), with the rate of its fault-free runs."""
     result = campaign(Scripted(lambda s, n: n == 2))
-    assert result.status == FLAKY and len(result.schedule) == 0
+    assert result.status == FLAKY_BASELINE and len(result.schedule) == 0
+    assert result.no_fault_rate == (1, 5)  # the two baseline runs and three replays
+    assert result.rate_line() == "failed in 1 of 5 runs with no fault"
+
+
+def test_a_delay_inside_the_race_becomes_the_schedule_that_fails_every_time() -> None:
+    """Of the benign probes, the straggler that makes the sometimes-failing target fail in
+    every run is reported as its schedule; a probe that does not decide the race is passed."""
+    inside = Schedule.parse("delay@lightning.on_train_epoch_end rank=0 step=1 seconds=2")
+    outside = Schedule.parse("delay@lightning.on_train_start rank=1 seconds=2")
+    oom = Schedule.parse("oom@lightning.forward rank=0 step=0")
+
+    def racy(schedule: Schedule, n: int) -> bool:
+        return schedule == inside or (not schedule and n == 1)
+
+    runner = Scripted(racy)
+    settings = Settings(max_examples=20, seed=1, replays=2)
+    probes = [oom, outside, inside]
+    result = Campaign(runner, STRATEGY, settings, probes=lambda: probes).execute()
+    assert result.status == FLAKY_BASELINE
+    assert result.schedule == inside
+    assert result.no_fault_rate == (1, 4)
+    assert oom not in [s for s, _ in runner.calls]  # a hard probe never stands for a race
 
 
 def test_the_first_replay_runs_in_a_fresh_world() -> None:

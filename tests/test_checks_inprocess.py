@@ -147,6 +147,12 @@ def test_check_names_are_stable_and_misspellings_suggest() -> None:
         "errors-surface",
         "deterministic",
         "resume-equivalence",
+        "restart-equivalence",
+        "exit-status",
+        "buffers-in-sync",
+        "data-order",
+        "learned-invariants",
+        "framework-facts",
     ]
     assert isinstance(check_by_name("finite-loss"), FiniteLoss)
     with pytest.raises(chaoslight.InvalidArgument, match="did you mean 'finite-loss'"):

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 import chaoslight
-from chaoslight import Fault, Schedule, judge
+from chaoslight import Fault, MemoryBudget, Schedule, judge
 from chaoslight._runtime._engine import ACTIONS, Engine, Firing
 from chaoslight._schedule import FAULT_KINDS, OFF_COLLECTIVES, SITES, Severity, fault_kind
 from chaoslight._schedule._validate import check_choice
@@ -131,8 +131,9 @@ def test_every_kind_has_one_action_and_one_strategy() -> None:
 
 
 def test_each_kind_is_judged_as_the_oracle_documents() -> None:
-    """fault_class: delays benign; errors, OOMs, crashes, allocations and preemptions hard;
-    dropped syncs and corruptions desync; a reorder benign on every rank, desync on one."""
+    """fault_class: delays benign; errors, OOMs, crashes and preemptions hard; dropped syncs
+    and corruptions desync; a reorder benign on every rank, desync on one; an allocation
+    hard under a memory budget, benign without one unless it is large."""
     expected = {
         "delay@lightning.training_step": "benign",
         "reorder@dist.all_reduce": "benign",
@@ -143,11 +144,14 @@ def test_each_kind_is_judged_as_the_oracle_documents() -> None:
         "oom@lightning.forward deferred=true": "hard",
         "raise@torch.save": "hard",
         "crash@lightning.training_step": "hard",
-        "allocate@lightning.forward": "hard",
+        "allocate@lightning.forward": "benign",
+        "allocate@lightning.forward nbytes=1073741824": "hard",
         "preempt@lightning.training_step": "hard",
     }
     judged = {text: fault_class(Schedule.parse(text).faults[0]) for text in expected}
     assert judged == expected
+    budget = MemoryBudget(2**30)
+    assert fault_class(Schedule.parse("allocate@lightning.forward").faults[0], budget) == "hard"
 
 
 def test_the_derived_kind_tables_agree_with_the_traits() -> None:

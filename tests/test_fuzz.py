@@ -247,6 +247,35 @@ def test_a_broken_target_is_reported_as_failing_with_no_fault(
     assert "minimal failing schedule" not in found.stdout
 
 
+RACY = """
+import os
+from pathlib import Path
+
+def every_other_run():
+    # Each rank counts its runs in a file beside this one: every second run fails, as a
+    # race of the program's own would, with no fault injected.
+    counter = Path(__file__).with_name(f"runs-{os.environ['RANK']}.txt")
+    runs = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(runs))
+    if runs % 2 == 0:
+        raise RuntimeError(f"lost the race in run {runs}")
+"""
+
+
+@pytest.mark.slow
+def test_a_target_that_fails_in_some_runs_with_no_fault_is_a_finding(tmp_path: Path) -> None:
+    """A failure seen with no fault in some runs only is the program's own race: exit 1,
+    labelled flaky with its rate, never the green exit of a flaky fault."""
+    (tmp_path / "racy.py").write_text(RACY)
+    found = chaoslight(
+        "fuzz", f"{tmp_path}/racy.py:every_other_run", "--max-examples", "5", "--replays", "2",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "flaky with no fault injected: it failed in 2 of 4 runs with no fault" in found.stdout
+    assert "lost the race" in found.stdout.split("failure: ")[1]
+
+
 @pytest.mark.slow
 def test_max_time_bounds_the_campaign_and_the_coverage_is_printed(tmp_path: Path) -> None:
     """--max-time ends the campaign with its best result, well before the example budget;

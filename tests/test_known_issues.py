@@ -169,3 +169,77 @@ def test_a_programs_own_preemption_bug_on_lightning_26_fails_the_search(world: W
     )
     assert result.status == FOUND and failure is not None and result.verdict is not None
     assert result.verdict.known is None, result.verdict.reason
+
+
+# -- Lightning#19916: a job stopped by SIGTERM exits 0 (2.0.0-2.6.x) ------------------------
+def exits_zero_violation() -> object:
+    """The exit-status check's finding on a preempted job that exited 0 at step 4 of 12."""
+    from chaoslight.checks import Violation
+
+    message = (
+        "reports success (every rank exited 0) after a preemption (SIGTERM to rank 0 at step "
+        "3), but stopped at step 4 of 12: a scheduler would not requeue it"
+    )
+    return Violation("exit-status", message, rank=0, step=4, any_end=True)
+
+
+def ended(
+    rank: int, kind: str = "SIGTERMException", code: int = 0, loops: bool = True
+) -> RankResult:
+    """A rank that ended by ``kind`` (exit status ``code``), raised in Lightning's loops or
+    in the program's own file."""
+    site, _ = lightning_site()
+    where = f"{site}/lightning/pytorch/loops/training_epoch_loop.py" if loops else "/app/train.py"
+    tb = f'Traceback (most recent call last):\n  File "{where}", line 422, in run\n{kind}'
+    info = ExceptionInfo(kind, "", tb, exit_status=code)
+    return RankResult(rank, "failed", info, ended_s=1.0)
+
+
+def stopped_job(ranks: list[RankResult], violations: tuple[object, ...] | None = None) -> Outcome:
+    settled = settle(ranks)
+    found = (exits_zero_violation(),) if violations is None else violations
+    events = preempted(0) + preempted(1)
+    schedule = Schedule.parse(PREEMPT_BOTH)
+    return Outcome(overall(settled), settled, events, 1.0, schedule, "t.py:f", 5.0, found)
+
+
+def test_a_sigterm_lightnings_loops_turn_into_exit_0_is_lightnings_19916() -> None:
+    """Lightning's handler took the SIGTERM, every rank raised SIGTERMException from its
+    loops with no code (exit 0), and exit-status failed the job: Lightning#19916, with the
+    workaround that exits 143."""
+    outcome = stopped_job([ended(0), ended(1)])
+    found = match_known(outcome)
+    assert found is not None and found[0].key == "lightning-sigterm-exit-zero"
+    issue = found[0]
+    assert "19916" in issue.reference and "21623" in issue.reference
+    assert "sys.exit(143)" in issue.workaround
+    assert issue.covers("lightning", "2.0.0") and issue.covers("pytorch-lightning", "2.6.6")
+    assert not issue.covers("lightning", "1.9.5")  # GracefulExitException before 2.0
+    verdict = judge(outcome)
+    assert verdict.failed and verdict.known is not None and verdict.known[0] is issue
+
+
+def test_an_exit_0_the_program_chose_is_not_lightnings_19916() -> None:
+    """The program's own sys.exit(0), a SIGTERMException raised outside Lightning's loops,
+    one that exits 143 (the fix), or no exit-status finding at all: not Lightning's."""
+    assert match_known(stopped_job([ended(0, "SystemExit"), ended(1, "SystemExit")])) is None
+    assert match_known(stopped_job([ended(0, loops=False), ended(1, loops=False)])) is None
+    assert match_known(stopped_job([ended(0, code=143), ended(1, code=143)])) is None
+    assert match_known(stopped_job([ended(0), ended(1)], violations=())) is None
+
+
+def test_lightnings_exit_0_in_the_first_run_of_a_requeued_job_is_still_19916() -> None:
+    """The World requeued the job and its second run finished; the exit-status finding names
+    run 1, where Lightning's handler took the SIGTERM: the same known issue, its package
+    read from that run."""
+    from dataclasses import replace
+
+    first = stopped_job([ended(0), ended(1)], violations=())
+    finished = settle([RankResult(0, "passed"), RankResult(1, "passed")])
+    label = "run 1 of 2 (then requeued), "
+    violation = replace(exits_zero_violation(), message=label + "reports success ...")  # type: ignore[type-var]
+    plan = Schedule.parse(f"restarts 1\n{PREEMPT_BOTH}")
+    job = Outcome(overall(finished), finished, [], 1.0, plan, "t.py:f", 5.0, (violation,), (first,))
+    found = match_known(job)
+    assert found is not None and found[0].key == "lightning-sigterm-exit-zero"
+    assert match_known(replace(job, attempts=(replace(first, events=[]),))) is None

@@ -7,11 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from chaoslight import Event, Outcome, Schedule, judge
+from chaoslight import Event, MemoryBudget, Outcome, Schedule, judge
 from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
-from chaoslight._runtime import FIRED
+from chaoslight._runtime import FIRED, NOTE
+from chaoslight._runtime._preempt import STOPPED
 from chaoslight._search._oracle import (
+    ANY_END_RULE,
     BENIGN,
     BENIGN_RULE,
     DESYNC,
@@ -274,3 +276,112 @@ def test_a_hang_inside_lightnings_exception_handling_is_not_called_a_catch() -> 
     verdict = judge(outcome([handling, hung(1)], [fired(0, oom, step=0)]))
     assert verdict.reason.startswith(f"rank 0 hung while handling the injected {oom}")
     assert "caught" not in verdict.reason
+
+
+# -- faults that cannot fail are not blamed (one test per combination of classes) ---------
+
+PREEMPT = "preempt@lightning.training_step step=0"
+SMALL_ALLOCATION = "allocate@lightning.on_train_start rank=0 nbytes=1024"
+INJECTED = "injected by chaoslight"  # a raise fault's default message
+
+
+def delivered(rank: int, fault: str = PREEMPT, step: int = 0) -> list[Event]:
+    """A preemption that fired on ``rank`` and whose SIGTERM the program's handler took."""
+    note = f"SIGTERM delivered to rank {rank} at step {step}; handled by train.py:on_sigterm"
+    return [
+        fired(rank, fault, step),
+        Event(NOTE, "signal", rank, step, 1.1, 1.1, fault, 0, note),
+        Event(NOTE, "engine", rank, step, 1.2, 1.2, "", 0, f"{STOPPED} {step}"),
+    ]
+
+
+def exited(rank: int, code: int) -> RankResult:
+    """A rank that ended by ``sys.exit(code)``."""
+    return raised(rank, "SystemExit", str(code))
+
+
+def with_budget(run: Outcome, limit: int = 2**30) -> Outcome:
+    return replace(run, schedule=replace(run.schedule, memory_budget=MemoryBudget(limit)))
+
+
+def test_an_allocation_that_cannot_fail_is_not_blamed_for_a_stop_on_preemption() -> None:
+    """No budget, 1 KiB, plus a preemption every rank stops on by exiting 143: the allocation
+    could not fail, so nothing was swallowed (held-out correct program, issue 20)."""
+    events = [fired(0, SMALL_ALLOCATION, 0), *delivered(0), *delivered(1)]
+    verdict = judge(outcome([exited(0, 143), exited(1, 143)], events))
+    assert not verdict.failed, verdict.reason
+    assert fault_class(Schedule.parse(SMALL_ALLOCATION).faults[0]) == BENIGN
+
+
+def test_a_rank_that_stops_by_its_preemption_swallowed_none_of_its_other_hard_faults() -> None:
+    """Under a budget the allocation is hard; the rank that ended by the preemption that also
+    struck it stopped by one of its faults: failed cleanly, not swallowed."""
+    events = [fired(0, SMALL_ALLOCATION, 0), *delivered(0), *delivered(1)]
+    verdict = judge(with_budget(outcome([exited(0, 143), exited(1, 143)], events)))
+    assert not verdict.failed, verdict.reason
+    assert verdict.rule == FAILED_CLEANLY
+
+
+def test_a_rank_ended_by_its_injected_error_with_a_preemption_beside_it_failed_cleanly() -> None:
+    """A raised error and a preemption on one rank: ending by the error is ending by a fault."""
+    error = "raise@lightning.training_step rank=0 step=0 exception=ValueError"
+    events = [fired(0, error, 0), *delivered(0)]
+    ranks = [raised(0, "ValueError", INJECTED), raised(1, "RuntimeError", GLOO, when=2.0)]
+    verdict = judge(outcome(ranks, events))
+    assert not verdict.failed, verdict.reason
+
+
+def test_an_error_swallowed_on_a_rank_the_preemption_never_reached_is_still_a_bug() -> None:
+    """The preemption struck rank 1 only; rank 0 swallowed its injected error and failed
+    later by its own: the other rank's notice explains nothing on rank 0."""
+    error = "raise@lightning.training_step rank=0 step=0 exception=ValueError"
+    events = [fired(0, error, 0), *delivered(1, "preempt@lightning.training_step rank=1 step=0")]
+    ranks = [raised(0, "KeyError", "'loss'"), exited(1, 143)]
+    verdict = judge(outcome(ranks, events))
+    assert verdict.failed
+    assert verdict.rule == SWALLOWED
+    assert "rank 0 swallowed the injected raise@" in verdict.reason
+
+
+def test_an_allocation_under_a_budget_that_went_over_is_a_hard_fault_it_may_end_by() -> None:
+    """The budget's OOM surfaced on rank 0 and its peer was released: failed cleanly."""
+    events = [fired(0, SMALL_ALLOCATION, 0)]
+    ranks = [raised(0, "OutOfMemoryError", OOM_TEXT), raised(1, "RuntimeError", GLOO, when=2.0)]
+    verdict = judge(with_budget(outcome(ranks, events), limit=512))
+    assert not verdict.failed, verdict.reason
+    assert verdict.rule == FAILED_CLEANLY
+
+
+def test_a_large_allocation_without_a_budget_is_hard_and_a_real_oom_surfaces_it() -> None:
+    """1 GiB held with no budget can run a real device out: ending by a real OOM is ending
+    by that fault; swallowing it and failing otherwise is a bug."""
+    big = "allocate@lightning.on_train_start rank=0 nbytes=1073741824"
+    assert fault_class(Schedule.parse(big).faults[0]) == HARD
+    real = "CUDA out of memory. Tried to allocate 2.0 GiB"
+    cleanly = [raised(0, "OutOfMemoryError", real), raised(1, "RuntimeError", GLOO, when=2.0)]
+    assert not judge(outcome(cleanly, [fired(0, big, 0)])).failed
+    swallowed = [raised(0, "KeyError", "'loss'"), raised(1, "RuntimeError", GLOO, when=2.0)]
+    assert judge(outcome(swallowed, [fired(0, big, 0)])).rule == SWALLOWED
+
+
+def test_a_small_allocation_without_a_budget_is_judged_as_benign_the_run_must_pass() -> None:
+    """Nothing can fail by it: a rank that fails is the program's failure, as with a delay."""
+    ranks = [raised(0, "KeyError", "'loss'"), raised(1, "RuntimeError", GLOO, when=2.0)]
+    verdict = judge(outcome(ranks, [fired(0, SMALL_ALLOCATION, 0)]))
+    assert verdict.failed
+    assert verdict.rule == BENIGN_RULE
+
+
+def test_a_guarantee_that_holds_however_a_run_ends_fails_a_run_that_failed_cleanly() -> None:
+    """A violation marked any_end (a job that reports success must have finished) fails the
+    run even where the hard fault let it fail cleanly; a plain violation there does not."""
+    error = "raise@lightning.training_step rank=0 step=0 exception=ValueError"
+    ranks = [raised(0, "ValueError", INJECTED), raised(1, "RuntimeError", GLOO, when=2.0)]
+    plain = Violation("exit-status", "stopped early")
+    binding = Violation("exit-status", "reports success but stopped at step 1 of 8", any_end=True)
+    events = [fired(0, error, 0)]
+    assert not judge(outcome(ranks, events, (plain,))).failed
+    verdict = judge(outcome(ranks, events, (binding,)))
+    assert verdict.failed
+    assert verdict.rule == ANY_END_RULE
+    assert "reports success but stopped at step 1 of 8" in verdict.reason

@@ -212,11 +212,13 @@ def test_a_rank_gloo_aborted_in_lightnings_handler_broadcast_is_the_broadcast_is
 
 
 def test_a_hang_after_lightnings_handler_is_not_known_when_another_hard_fault_fired() -> None:
-    """A preemption and an allocation fired: the same hang may be the allocation's, so it
-    is the program's finding, not Lightning's issue (a delay with it changes nothing)."""
+    """A preemption and a hard allocation (1 GiB with no budget: a real device may run
+    out) fired: the same hang may be the allocation's, so it is the program's finding, not
+    Lightning's issue; a delay, or an allocation that cannot fail, changes nothing."""
     ranks = [waiting_in(0, BACKWARD), in_handler_broadcast(1)]
     for other, known in (
-        ("allocate@lightning.training_step rank=0 step=4 nbytes=1024", False),
+        ("allocate@lightning.training_step rank=0 step=4 nbytes=1073741824", False),
+        ("allocate@lightning.training_step rank=0 step=4 nbytes=1024", True),
         ("delay@lightning.training_step rank=0 step=4 seconds=0.1", True),
     ):
         events = [*delivered(1, LIGHTNING_266), Event(FIRED, SITE, 0, 4, 1.0, 1.0, other, 1)]

@@ -107,14 +107,16 @@ def test_callback_state_missing_from_the_checkpoint_ends_elsewhere(world2: Any) 
 
 @pytest.mark.slow
 def test_a_preempted_job_resumes_from_its_own_snapshot(world2: Any) -> None:
-    """Preempt then restart: the agreement's snapshot is what the restarted job resumes."""
+    """Preempt then restart: the agreement's snapshot is what the restarted job resumes;
+    the preempted run told its launcher it did not finish (exit status 143)."""
     from chaoslight.checks import ResumeEquivalence
 
     text = "restarts 1\npreempt@lightning.training_step step=3"
     target = "examples/catalogue/preemption.py:train_fixed"
     checks = [ResumeEquivalence()]
     outcome = world2.run(target, Schedule.parse(text), timeout=10, checks=checks)
-    assert [a.status for a in outcome.attempts] == ["passed"] and outcome.status == "passed"
+    assert [a.status for a in outcome.attempts] == ["failed"] and outcome.status == "passed"
+    assert [r.exit_status for r in outcome.attempts[0].ranks] == [143, 143]
     verdict = judge(outcome)
     assert not verdict.failed, verdict.reason
     # It resumed mid-epoch from its snapshot: a plain loader cannot, Lightning warns.

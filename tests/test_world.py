@@ -217,6 +217,19 @@ def test_a_thread_an_example_left_behind_writes_into_the_worlds_folder(world: Wo
 
 
 @pytest.mark.slow
+def test_a_rank_whose_example_left_program_code_running_is_replaced(world: World) -> None:
+    """A thread the example started that still runs the program's code after a grace is
+    never let into the next example: that rank process is replaced, and the late write
+    lands in no later example's directory (a false alarm on a correct program once)."""
+    first = world.run(target("leaves_a_late_writer_behind"), timeout=TIMEOUT)
+    assert first.passed, first.report()
+    later = world.run(target("files_after_a_while"), timeout=10.0)
+    assert later.passed, later.report()
+    assert [r.value for r in later.ranks] == [[], []]
+    assert {r.pid for r in later.ranks}.isdisjoint(r.value for r in first.ranks)
+
+
+@pytest.mark.slow
 def test_ranks_run_as_under_torchrun_so_a_second_fit_is_distributed_too(world: World) -> None:
     """Lightning sees torchrun (TorchElasticEnvironment), which keeps WORLD_SIZE when a fit
     ends: a second Trainer built from it runs on both ranks again, not alone."""

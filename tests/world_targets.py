@@ -143,3 +143,26 @@ def leaves_a_writer_behind() -> None:
             stray.write("written after the example ended\n")
 
     threading.Thread(target=write_later, daemon=True).start()
+
+
+def leaves_a_late_writer_behind() -> int:
+    """Start a thread that writes ``late.txt`` (a relative path) 3 s after the example ended,
+    as an export delayed by a fault and never waited for does; return this process's pid."""
+    import threading
+    import time
+
+    def write_late() -> None:
+        time.sleep(3.0)
+        with open("late.txt", "w") as late:
+            late.write("written long after the example ended\n")
+
+    threading.Thread(target=write_late, daemon=True).start()
+    return os.getpid()
+
+
+def files_after_a_while() -> list[str]:
+    """The files in this example's directory after 4 s (an example's is fresh and empty)."""
+    import time
+
+    time.sleep(4.0)
+    return sorted(os.listdir("."))

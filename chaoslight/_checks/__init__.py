@@ -10,8 +10,14 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, RankView, Violation, observe
 from chaoslight._checks._behaviour import ErrorsSurface, NoHang
+from chaoslight._checks._buffers import BuffersInSync
+from chaoslight._checks._exits import ExitStatus
+from chaoslight._checks._facts import FrameworkFacts
 from chaoslight._checks._invariants import FiniteGrads, FiniteLoss, ReplicasInSync
+from chaoslight._checks._learned import LearnedInvariants
+from chaoslight._checks._order import DataOrder
 from chaoslight._checks._reruns import Deterministic, ResumeEquivalence
+from chaoslight._checks._restart import RestartEquivalence
 from chaoslight._checks._shards import DisjointShards
 from chaoslight._runtime._protocol import check_from_name, register_check
 
@@ -26,21 +32,33 @@ CHECKS: dict[str, type[Check]] = {
         ErrorsSurface,
         Deterministic,
         ResumeEquivalence,
+        RestartEquivalence,
+        ExitStatus,
+        BuffersInSync,
+        DataOrder,
+        LearnedInvariants,
+        FrameworkFacts,
     )
 }
 
 __all__ = [
     "CHECKS",
+    "BuffersInSync",
     "Check",
+    "DataOrder",
     "Deterministic",
     "DisjointShards",
     "ErrorsSurface",
     "Evidence",
+    "ExitStatus",
     "FiniteGrads",
     "FiniteLoss",
+    "FrameworkFacts",
+    "LearnedInvariants",
     "NoHang",
     "RankView",
     "ReplicasInSync",
+    "RestartEquivalence",
     "ResumeEquivalence",
     "Violation",
     "check_by_name",

@@ -19,7 +19,14 @@ from chaoslight._cli._progress import Display
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._report import html_beside, show_timeline
 from chaoslight._search import DEFAULT_CHECKS, Settings, fuzz, replay
-from chaoslight._search._campaign import BASELINE, CLEAN, FLAKY, INTERNAL_ERROR, Result
+from chaoslight._search._campaign import (
+    BASELINE,
+    CLEAN,
+    FLAKY,
+    FLAKY_BASELINE,
+    INTERNAL_ERROR,
+    Result,
+)
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._world import World
@@ -189,6 +196,15 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     elif result.status == BASELINE:
         console.print(f"chaoslight fuzz: the target fails with no fault injected {spent}")
         console.print("no fault needed (empty schedule)")
+    elif result.status == FLAKY_BASELINE:
+        console.print(
+            f"chaoslight fuzz: the target is flaky with no fault injected: it "
+            f"{result.rate_line()}, a race of its own {spent}"
+        )
+        if result.schedule.faults:
+            console.print("this delay, inside the race, makes it fail every time:")
+        else:
+            console.print("no delay tried made it fail every time (empty schedule):")
     elif result.status == FLAKY:
         console.print(f"chaoslight fuzz: FLAKY failure (not reproduced by every replay) {spent}")
         console.print("schedule (not minimal: it does not always fail):")
@@ -200,7 +216,7 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     console.print(f"failure: {failure.reason}")
     for line in result.verdict.notes:
         console.print(f"note: {line}")
-    if result.status in (FLAKY, BASELINE) and result.replays:
+    if result.status in (FLAKY, BASELINE, FLAKY_BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")
 

@@ -24,6 +24,9 @@ class ExceptionInfo:
     distributed: bool = False  # a torch.distributed / gloo communication error
     module: str = "builtins"
     deliberate: bool = False
+    # The status its process would exit with, as a launcher sees it: a SystemExit's code
+    # (None is 0: Lightning's SIGTERMException is one), 1 for any other exception.
+    exit_status: int = 1
 
     @classmethod
     def of(cls, exc: BaseException, distributed: bool = False) -> ExceptionInfo:
@@ -32,7 +35,13 @@ class ExceptionInfo:
         kind = type(exc)
         text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
         return cls(
-            kind.__qualname__, str(exc), text, distributed, kind.__module__, is_deliberate(exc)
+            kind.__qualname__,
+            str(exc),
+            text,
+            distributed,
+            kind.__module__,
+            is_deliberate(exc),
+            _exit_status(exc),
         )
 
     def __str__(self) -> str:
@@ -46,6 +55,7 @@ class ExceptionInfo:
             "distributed": self.distributed,
             "module": self.module,
             "deliberate": self.deliberate,
+            "exit_status": self.exit_status,
         }
 
     @classmethod
@@ -57,7 +67,24 @@ class ExceptionInfo:
             bool(doc.get("distributed")),
             doc.get("module", "builtins"),
             doc.get("deliberate") is True,
+            _bounded_status(doc.get("exit_status", 1)),
         )
+
+
+def _exit_status(exc: BaseException) -> int:
+    """What Python exits with when ``exc`` leaves the main module: a SystemExit's integer
+    code (None: 0; any other object is printed, and the status is 1), else 1."""
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return 0
+        return _bounded_status(code) if isinstance(code, int) else 1
+    return 1
+
+
+def _bounded_status(code: Any) -> int:
+    """An exit status as the kernel passes it on: the low 8 bits (``exit(256)`` is 0)."""
+    return int(code) & 0xFF if isinstance(code, int) and not isinstance(code, bool) else 1
 
 
 @dataclass(frozen=True)
@@ -85,3 +112,16 @@ class RankResult:
     # Hung in a collective the program's own code issued (a hook's save_checkpoint, a
     # rank-conditional barrier), not one of Lightning's loops: the likely cause of a hang.
     in_own_collective: bool = False
+
+    @property
+    def exit_status(self) -> int | None:
+        """The exit status its launcher (torchrun, a scheduler) would see: 0 for a return,
+        the code of a SystemExit, 1 for another exception, 128+N for signal N. None for a
+        rank the World ended itself (hung, or released from a peer's failure)."""
+        if self.status == Status.PASSED:
+            return 0
+        if self.status == Status.FAILED and self.exception is not None:
+            return self.exception.exit_status
+        if self.status == Status.CRASHED:
+            return 128 + self.signal if self.signal else self.exitcode
+        return None

@@ -29,6 +29,10 @@ class Violation:
     step: int | None = None
     cause: str = ""
     warning: bool = False
+    # A guarantee that holds however the run ended (a job that tells its launcher it
+    # succeeded must have finished): the oracle fails the run on it even where the
+    # faults that fired let the run fail cleanly. Others count only on a run that passed.
+    any_end: bool = False
 
     def __str__(self) -> str:
         where = []
@@ -52,6 +56,9 @@ class RankView:
     exception_type: str = ""
     exception_message: str = ""
     evidence: str = ""  # where a hung rank waited, how a crashed one died
+    # What its launcher would see it exit with (0 a return, 128+N signal N; None: the
+    # runner ended it, hung or released); ``_report.RankResult.exit_status``.
+    exit_status: int | None = None
 
 
 @dataclass
@@ -61,6 +68,13 @@ class Evidence:
     events: list[Event]
     ranks: dict[int, RankView] = field(default_factory=dict)
     schedule: Any = None
+    target: str = ""  # the example's target (a World's); "" in-process
+    attempts: tuple[Evidence, ...] = ()  # a restarted job's earlier runs, in order
+
+    @property
+    def fault_free(self) -> bool:
+        """Run with the empty schedule: no fault, no memory budget, no restart."""
+        return not self.schedule
 
     def observations(self, check: str) -> Iterator[tuple[Event, dict[str, Any]]]:
         for event in self.events:

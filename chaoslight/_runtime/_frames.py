@@ -58,3 +58,23 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
     while frame is not None and is_library(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
+
+
+def is_program(filename: str) -> bool:
+    """True for the program's own files: neither a library (``is_library``) nor anything
+    installed (site-packages: tqdm's monitor, a logger's writer thread)."""
+    if is_library(filename):
+        return False
+    _, _, installed = _roots()
+    return not _under(os.path.abspath(filename), installed)
+
+
+def runs_program_code(frame: FrameType | None) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` is inside the program's code
+    (a frame of it anywhere on the stack: an export the program started, now sleeping in
+    a delay chaoslight injected, counts)."""
+    while frame is not None:
+        if is_program(frame.f_code.co_filename):
+            return True
+        frame = frame.f_back
+    return False

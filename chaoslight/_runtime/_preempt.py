@@ -15,10 +15,12 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._runtime._deliberate import mark
-from chaoslight._runtime._events import NOTE, Record
+from chaoslight._runtime._events import NOTE, Event, Record
 from chaoslight._schedule._faults import Preempt
 
 # Detail prefixes the oracle reads back from the event log.
@@ -44,6 +46,31 @@ def handler_owner(handler: Any) -> str:
         package = "pytorch-lightning" if root == "pytorch_lightning" else root
         return f"{LIGHTNING} ({package} {version})"
     return PROGRAM
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One SIGTERM that reached a rank, and who handled it."""
+
+    rank: int
+    step: int | None
+    handler: str  # "lightning (pytorch-lightning 2.6.6)", "the program", "the default action"
+    fault: str = ""  # the Preempt's text form
+
+    @property
+    def by_lightning(self) -> bool:
+        return self.handler.startswith(LIGHTNING)
+
+
+def sigterm_deliveries(events: Iterable[Event]) -> list[Delivery]:
+    """The SIGTERMs delivered in a run, from its delivery notes, in time order (a fired
+    Preempt whose timer the end of the run cancelled delivered nothing)."""
+    found = []
+    for event in events:
+        if event.kind == NOTE and event.detail.startswith(DELIVERED):
+            handler = event.detail.rsplit("handled by ", 1)[-1]
+            found.append(Delivery(event.rank, event.step, handler, event.fault))
+    return found
 
 
 def preempts(faults: Any) -> bool:

@@ -112,6 +112,11 @@ class OOM(Fault):
         return SIMULATED_OOM_MARK in error_text
 
 
+# An allocation at most this large, with no memory budget, cannot make a run fail: the
+# real memory it holds is far below what any device that trains has to spare.
+HARMLESS_BYTES = 64 * 2**20
+
+
 @fault_kind
 @dataclass(frozen=True)
 class Allocate(Fault):
@@ -131,8 +136,17 @@ class Allocate(Fault):
         check_bytes("nbytes", self.nbytes)
         check_optional_bounded_int("hold_steps", self.hold_steps, 1, MAX_COUNT, COUNT_WHY)
 
+    def fault_class(self, budget: Any = None) -> Severity:
+        # Without a budget nothing simulates an OOM: the real memory held can fail only
+        # on a device already at its limit, and not at all when it is this small. So the
+        # program has nothing to fail by, or to swallow: as benign as a delay.
+        if budget is None and self.nbytes <= HARMLESS_BYTES:
+            return Severity.BENIGN
+        return self.severity
+
     def surfaced_in(self, error_text: str) -> bool:
-        return SIMULATED_OOM_MARK in error_text  # a budget's OOM, when it went over
+        # A budget's OOM when it went over, or a real one the memory held brought about.
+        return SIMULATED_OOM_MARK in error_text or "out of memory" in error_text.lower()
 
 
 @fault_kind
@@ -167,7 +181,7 @@ class ReorderReduction(Fault):
     simplicity: ClassVar[int] = 7
     order: str = "reversed"
 
-    def fault_class(self) -> Severity:
+    def fault_class(self, budget: Any = None) -> Severity:
         # Every rank summing in one order is what backends do; one rank alone gets a
         # different sum, which no backend does.
         return Severity.BENIGN if self.rank is None else Severity.DESYNC
@@ -351,4 +365,6 @@ class Preempt(Fault):
         object.__setattr__(self, "after", after)
 
     def surfaced_in(self, error_text: str) -> bool:
-        return "SIGTERMException" in error_text  # Lightning's, raised after the notice
+        # Lightning's SIGTERMException, raised after the notice, or the program's own
+        # exit on it (``sys.exit(143)`` once fit returns): both stop as the notice asks.
+        return "SIGTERMException" in error_text or "SystemExit" in error_text

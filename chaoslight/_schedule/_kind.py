@@ -103,9 +103,10 @@ class Fault:
     def _validate(self) -> None:
         """Kind-specific checks; overridden by subclasses with parameters."""
 
-    def fault_class(self) -> Severity:
-        """How the oracle judges this fault: its kind's severity, unless a parameter
-        changes it (a reduction reordered on one rank alone)."""
+    def fault_class(self, budget: Any = None) -> Severity:
+        """How the oracle judges this fault: its kind's severity, unless a parameter or
+        the schedule's memory ``budget`` changes it (a reduction reordered on one rank
+        alone; an allocation that cannot fail without a budget)."""
         return self.severity
 
     def aborts(self) -> bool:

@@ -3,6 +3,9 @@ and minimises them.
 
 0. The empty schedule runs first, twice: a target that fails with no fault injected is
    reported as such (``BASELINE``), with its own error, instead of blaming some fault.
+   When it fails in some of its runs only (``FLAKY_BASELINE``), that is the program's own
+   race: a finding with its rate, and the benign probes (a straggler at each of the
+   user's hooks) are tried for one that makes it fail every time, to replay it exactly.
 1. Generate schedules and run each on the World until one fails (or the budget is spent).
    A failure whose cause is inside chaoslight stops the campaign as ``INTERNAL_ERROR``.
 2. Hypothesis shrinks it: fewer faults, lower ranks, earlier steps, simpler kinds.
@@ -41,10 +44,12 @@ from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
 from chaoslight._search._oracle import Verdict
 from chaoslight._search._settings import Settings, with_keywords
+from chaoslight._search._severity import BENIGN
 from chaoslight._search._statuses import (
     BASELINE,
     CLEAN,
     FLAKY,
+    FLAKY_BASELINE,
     FOUND,
     INTERNAL_ERROR,
     CampaignPhase,
@@ -52,6 +57,7 @@ from chaoslight._search._statuses import (
 )
 
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
+MAX_RACE_PROBES = 12  # stragglers tried to pin a race the empty schedule shows sometimes
 
 
 @dataclass
@@ -83,6 +89,17 @@ class Result:
     tried: list[Schedule] = field(default_factory=list, repr=False)
     coverage: Any = None  # what the search explored (``_coverage.Coverage``), when known
     known: list[KnownFinding] = field(default_factory=list)  # framework bugs met, once each
+
+    # (failed, runs) of the empty schedule, for a target that fails without faults: the
+    # two baseline runs and the empty schedule's replays.
+    no_fault_rate: tuple[int, int] | None = None
+
+    def rate_line(self) -> str:
+        """'failed in 3 of 4 runs with no fault', or '' when the baseline passed."""
+        if self.no_fault_rate is None:
+            return ""
+        failed, runs = self.no_fault_rate
+        return f"failed in {failed} of {runs} runs with no fault"
 
     @property
     def minimal(self) -> bool:
@@ -136,6 +153,7 @@ class Campaign:
         self.tried: list[Schedule] = []
         self.known: dict[str, KnownFinding] = {}
         self._failing: dict[str, tuple[Verdict, Any]] = {}
+        self._found: dict[str, _Found] = {}  # the search's failures, by schedule text
         self._started = time.monotonic()
         self._first_failure_at: int | None = None
         self._db: ExampleDatabase | None = None
@@ -152,7 +170,7 @@ class Campaign:
         try:
             self.on_result(result)  # e.g. the failure file: before any database write
         finally:
-            if result.status in (FOUND, FLAKY) and result.schedule.faults:
+            if result.status in (FOUND, FLAKY, FLAKY_BASELINE) and result.schedule.faults:
                 self._remember(result.schedule)
         return result
 
@@ -207,7 +225,19 @@ class Campaign:
         differs = any(
             r.signature() != verdict.signature() or r.fired != verdict.fired for r in replays
         )
-        if differs and status in (FOUND, BASELINE):
+        rate = None
+        if status == BASELINE:  # the first baseline failure, its twin and the replays
+            rate = (1 + sum(r.failed for r in replays), 1 + len(replays))
+        if differs and status == BASELINE:
+            # The program's own race: a finding. A delay that makes it fail every time
+            # becomes the schedule (a replay then fails exactly); its replays come after
+            # the empty schedule's, which give the rate.
+            status = FLAKY_BASELINE
+            pinned = self._pin_race(verdict)
+            if pinned is not None:
+                schedule, verdict, outcome, pinned_replays = pinned
+                replays += pinned_replays
+        elif differs and status == FOUND:
             status = FLAKY
         return Result(
             status,
@@ -219,7 +249,28 @@ class Campaign:
             time.monotonic() - started,
             self.tried,
             known=list(self.known.values()),
+            no_fault_rate=rate,
         )
+
+    def _pin_race(self, like: Verdict) -> tuple[Schedule, Verdict, Any, list[Verdict]] | None:
+        """A benign probe (a straggler at one of the user's hooks) under which the failure
+        the empty schedule showed in some runs happens in every run: the delay lies inside
+        the race and decides it. None when none does within the campaign's time."""
+        benign = [
+            probe
+            for probe in (self.probes() if self.probes is not None else [])
+            if probe.faults and all(f.fault_class() == BENIGN for f in probe)
+        ]
+        for probe in benign[:MAX_RACE_PROBES]:
+            if self.out_of_time():
+                return None
+            verdict, outcome = self._example(probe)
+            if not verdict.failed or verdict.signature() != like.signature():
+                continue
+            replays = [self._example(probe)[0] for _ in range(max(self.settings.replays, 1))]
+            if all(r.signature() == like.signature() for r in replays):
+                return probe, verdict, outcome, replays
+        return None
 
     def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
         """Drop the faults that never fired, then every fault the failure does not need,
@@ -258,6 +309,9 @@ class Campaign:
         @given(schedule=self._strategy())
         def prop(schedule: Schedule) -> None:
             if self.out_of_time() or self._shrinks_spent():
+                known = self._found.get(schedule.to_text())
+                if known is not None:
+                    raise known  # Hypothesis's last replay of its best failure: as it was
                 reject()  # no more runs: Hypothesis ends with the best failure so far
             for fault in schedule:
                 event(f"{fault.kind}@{fault.site}")
@@ -268,7 +322,8 @@ class Campaign:
                 if self._first_failure_at is None:
                     self._first_failure_at = self.progress.examples
                 self._phase(CampaignPhase.SHRINKING)
-                raise _Found(schedule, verdict, outcome)
+                found = self._found[schedule.to_text()] = _Found(schedule, verdict, outcome)
+                raise found
 
         if self.settings.seed is not None:
             prop = hypothesis_seed(self.settings.seed)(prop)
@@ -279,11 +334,17 @@ class Campaign:
         except Unsatisfiable:
             return None  # every example was rejected: out of time before the search began
         except Flaky as flaky:
-            inner = _first_found(flaky)
+            inner = _first_found(flaky) or self._best_found()
             if inner is not None:
                 return inner
             raise
         return None
+
+    def _best_found(self) -> _Found | None:
+        """The simplest failure the search saw (Hypothesis's order: shortest text first)."""
+        if not self._found:
+            return None
+        return self._found[min(self._found, key=lambda text: (len(text), text))]
 
     def _database(self) -> ExampleDatabase | None:
         """This campaign's part of the shared database (keyed by target, world size and

@@ -26,7 +26,22 @@ from chaoslight._world import WORLD_TIMEOUT_S
 
 # The cheap checks every default search runs: each holds for every correct program under
 # the oracle's rules (docs/explanation/oracle.md). A bare schedule file replays with them.
-DEFAULT_CHECKS = ("replicas-in-sync", "disjoint-shards", "finite-loss", "errors-surface", "no-hang")
+# What a search judges every run by when given no checks: the loud failures, then the
+# silent damage (a restart that resumes wrong, a job that reports success having
+# stopped early, buffers apart, data repeated) and the facts the known issues read.
+DEFAULT_CHECKS = (
+    "replicas-in-sync",
+    "disjoint-shards",
+    "finite-loss",
+    "errors-surface",
+    "no-hang",
+    "restart-equivalence",
+    "exit-status",
+    "buffers-in-sync",
+    "data-order",
+    "learned-invariants",
+    "framework-facts",
+)
 FAILURE_VERSION = 2  # 2: checks as specs (name, parameters, import path); a status
 
 

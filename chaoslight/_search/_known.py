@@ -21,9 +21,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from chaoslight._report import CRASHED, FAILED, HUNG, RELEASED, known_issue_block
+from chaoslight._checks._exits import ExitStatus, run_label
+from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, known_issue_block
 from chaoslight._runtime import FIRED
 from chaoslight._schedule import InvalidSchedule, fault_from_text
+from chaoslight._search._known_silent import (
+    package_in_facts,
+    repeated_batch_after_resume,
+    static_graph_first_step,
+)
 from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
 from chaoslight._search._severity import BENIGN, fault_class
 
@@ -175,7 +181,8 @@ def _more_than_a_preemption(outcome: Any) -> bool:
             fault = fault_from_text(event.fault)
         except InvalidSchedule:
             return True  # a fault this version cannot read: do not call the run Lightning's
-        if not fault.acts_later and fault_class(fault) != BENIGN:
+        budget = getattr(outcome.schedule, "memory_budget", None)
+        if not fault.acts_later and fault_class(fault, budget) != BENIGN:
             return True
     return False
 
@@ -248,11 +255,46 @@ def _saved_on_exception(outcome: Any, taken: list[Delivery]) -> bool:
     )
 
 
+def _exit_zero_on_sigterm(outcome: Any, taken: list[Delivery]) -> bool:
+    """Lightning#19916: the exit-status check failed the job, and in the run it names (the
+    last, or "run N of M" of a restarted job) Lightning's handler took a SIGTERM and every
+    rank that did not return raised Lightning's SIGTERMException from its loops, a
+    SystemExit with no code: exit status 0. A program's own exit 0 is not Lightning's."""
+    runs = (*getattr(outcome, "attempts", ()), outcome)
+    for violation in outcome.violations:
+        if violation.check != ExitStatus.name or not violation.any_end or violation.warning:
+            continue
+        named = [
+            run
+            for number, run in enumerate(runs, 1)
+            if violation.message.startswith(run_label(number, len(runs)))
+        ]
+        run = named[0] if named else outcome
+        if _stopped_by_lightning_with_zero(run):
+            return True
+    return False
+
+
+def _stopped_by_lightning_with_zero(run: Any) -> bool:
+    if not any(d.by_lightning for d in deliveries(run)):
+        return False
+    stopped = [r for r in run.ranks if r.status != PASSED]
+    return bool(stopped) and all(
+        r.status == FAILED
+        and r.exception is not None
+        and r.exception.type == "SIGTERMException"
+        and r.exception.exit_status == 0
+        and _raised_in_loops(r.exception.traceback)
+        for r in stopped
+    )
+
+
 _WORKAROUND = (
     "stop together by agreement: after Lightning installs its handler (e.g. in "
     "on_train_start) replace it with one that only sets a flag; at every batch start "
     "all-reduce the flag with MAX on every rank and, if set, save a checkpoint, set "
-    "trainer.should_stop = True and return -1 from on_train_batch_start "
+    "trainer.should_stop = True and return -1 from on_train_batch_start; after fit, "
+    "exit with status 143 so the scheduler requeues the job "
     "(examples/catalogue/preemption.py:train_fixed)"
 )
 
@@ -313,13 +355,97 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         ),
         matches=_saved_on_exception,
     ),
+    KnownIssue(
+        key="lightning-sigterm-exit-zero",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "a job stopped by SIGTERM exits 0: SIGTERMException is a SystemExit with no "
+            "code, so the scheduler sees success and does not requeue it"
+        ),
+        signature=(
+            "the exit-status check failed the job (every rank exited 0 before its planned "
+            "end); in that run Lightning's handler took the SIGTERM and every rank that did "
+            "not return raised SIGTERMException from Lightning's loops, with no exit code"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/19916 (fixed on master "
+            "by PR #21623, SIGTERMException exits 143; in no release yet)"
+        ),
+        workaround=(
+            "catch the stop and exit non-zero so that the scheduler requeues the job: "
+            "`except SIGTERMException: ...save...; "
+            "sys.exit(143)` around trainer.fit, or `if trainer.received_sigterm: "
+            "sys.exit(143)` after it (examples/known_issues/sigterm_exit_zero.py:train_fixed)"
+        ),
+        matches=_exit_zero_on_sigterm,
+    ),
+    KnownIssue(
+        key="lightning-static-graph-manual-sync",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.5.6"),
+        title=(
+            "manual optimization under DDPStrategy(static_graph=True) skips the first "
+            "iteration's gradient all-reduce: the replicas part at the first step"
+        ),
+        signature=(
+            "every rank passed with no fault but benign ones; every rank ran manual "
+            "optimization (automatic_optimization=False) under DDP with static_graph=True "
+            "(the framework-facts observations); the only failing check is replicas-in-sync, "
+            "first broken at the first step it observed in the run"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/pull/21251 (the fix for "
+            "issue #18086, released in 2.6.0)"
+        ),
+        workaround=(
+            "upgrade to Lightning 2.6.0 or later, or leave static_graph at False (the "
+            "default) with manual optimization "
+            "(examples/known_issues/static_graph_manual.py:train_fixed)"
+        ),
+        matches=static_graph_first_step,
+    ),
+    KnownIssue(
+        key="lightning-resume-repeats-batch",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.4.0"),
+        title=(
+            "resuming from a checkpoint written in on_train_batch_end trains that batch "
+            "again: the resumed job ends one optimizer step past the uninterrupted one"
+        ),
+        signature=(
+            "every rank of the resumed run passed with no fault but benign ones and resumed "
+            "from a checkpoint whose batch progress has one batch processed and not "
+            "completed (written inside on_train_batch_end: ModelCheckpoint("
+            "every_n_train_steps=...), a mid-epoch last.ckpt; the framework-facts "
+            "observations); the only failing check is restart-equivalence"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/pull/20379 (restart counters "
+            "made consistent with uninterrupted training, released in 2.5.0)"
+        ),
+        workaround=(
+            "upgrade to Lightning 2.5.0 or later, or checkpoint at epoch ends only "
+            "(ModelCheckpoint without every_n_train_steps): an epoch-end checkpoint resumes "
+            "exactly (examples/known_issues/resume_repeats_batch.py:train_fixed)"
+        ),
+        matches=repeated_batch_after_resume,
+    ),
 )
 
 
 def match_known(outcome: Any, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES) -> Any:
     """The known issue a failed run shows, as ``(issue, package, version)``, or None."""
     taken = [d for d in deliveries(outcome) if d.by_lightning]
-    found = _package_of(taken[0]) if taken else _package_in_stacks(outcome)
+    # A restarted job's SIGTERM may have come in an earlier run (exit-status names that
+    # run): the package is the one whose handler took it there. ``taken`` stays this
+    # run's own, so a signature that needs a SIGTERM in this run still needs one.
+    earlier = [d for run in getattr(outcome, "attempts", ()) for d in deliveries(run)]
+    first = taken or [d for d in earlier if d.by_lightning]
+    # A silent bug leaves no signal and no stack: the ranks' own facts name the release.
+    found = (
+        _package_of(first[0]) if first else _package_in_stacks(outcome) or package_in_facts(outcome)
+    )
     if found is None:
         return None
     package, version = found

@@ -61,6 +61,10 @@ class Rule(Vocabulary):
         " step"
     )  # judged by ``_preemption``
     INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
+    ANY_END = (
+        "what must hold however a run ends (a job that tells its launcher it succeeded has"
+        " finished) must hold under any fault but a desync"
+    )
 
 
 NO_FAULT, BENIGN_RULE, FAILED_CLEANLY, RECOVERED = (
@@ -69,11 +73,12 @@ NO_FAULT, BENIGN_RULE, FAILED_CLEANLY, RECOVERED = (
     Rule.FAILED_CLEANLY,
     Rule.RECOVERED,
 )
-HANG_RULE, SWALLOWED, PREEMPT_RULE, INTERNAL_RULE = (
+HANG_RULE, SWALLOWED, PREEMPT_RULE, INTERNAL_RULE, ANY_END_RULE = (
     Rule.HANG,
     Rule.SWALLOWED,
     Rule.PREEMPTED,
     Rule.INTERNAL,
+    Rule.ANY_END,
 )
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
@@ -203,6 +208,18 @@ def _judge_run(outcome: Any) -> Verdict:
 
 
 def _judge_one(outcome: Any) -> Verdict:
+    verdict = _judge_by_faults(outcome)
+    if verdict.failed or verdict.internal or verdict.rule == HANG_RULE:
+        return verdict  # a desync (judged by HANG_RULE) guarantees nothing but no hang
+    binding = [v for v in outcome.violations if getattr(v, "any_end", False) and not v.warning]
+    if not binding:
+        return verdict
+    return replace(
+        verdict, failed=True, reason=str(binding[0]), rule=ANY_END_RULE, violations=binding
+    )
+
+
+def _judge_by_faults(outcome: Any) -> Verdict:
     fired = fired_faults(outcome)
     base = {
         "status": outcome.status,
@@ -214,12 +231,13 @@ def _judge_one(outcome: Any) -> Verdict:
     if internal is not None:
         reason = f"internal error in chaoslight: {internal}"
         return Verdict(True, reason, rule=INTERNAL_RULE, internal=True, **base)
-    worst = max((SEVERITY.index(fault_class(f)) for _, f in fired), default=-1)
+    budget = getattr(outcome.schedule, "memory_budget", None)
+    worst = max((SEVERITY.index(fault_class(f, budget)) for _, f in fired), default=-1)
     if worst < 0:
         return _must_pass(outcome, NO_FAULT, base)
     if SEVERITY[worst] == BENIGN:
         return _must_pass(outcome, BENIGN_RULE, base)
-    if all(f.acts_later for _, f in fired if fault_class(f) != BENIGN):
+    if all(f.acts_later for _, f in fired if fault_class(f, budget) != BENIGN):
         # Only notices struck (preemptions): a hang after one may be Lightning's own bug.
         return _preempted(outcome, fired, deliveries(outcome), base)
     if outcome.status == HUNG:
@@ -267,8 +285,9 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
     if all(r.status == PASSED for r in outcome.ranks):
         return _must_pass(outcome, RECOVERED, base)
     hard: dict[int, list[Fault]] = {}
+    budget = getattr(outcome.schedule, "memory_budget", None)
     for rank, fault in fired:
-        if fault_class(fault) == HARD:
+        if fault_class(fault, budget) == HARD:
             hard.setdefault(rank, []).append(fault)
     explained = [r for r in outcome.ranks if _ended_by_fault(r, hard.get(r.rank, []))]
     for result in outcome.ranks:
@@ -283,7 +302,10 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
 
 
 def _ended_by_fault(result: Any, faults: list[Fault]) -> bool:
-    """The rank crashed, or failed with one of its injected errors (or one chained to it)."""
+    """The rank crashed, or failed with one of its injected errors (or one chained to it),
+    or stopped as one of them asks (a preemption's notice). A rank that ended by *one* of
+    its hard faults has swallowed none of the others: it stopped by the first that told
+    it to."""
     if result.status == CRASHED:
         return True
     if result.status != FAILED or result.exception is None or not faults:

@@ -13,40 +13,19 @@ crash does: that run is judged by the crash rule (every rank ends in time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, cause_first
 from chaoslight._runtime import NOTE
-from chaoslight._runtime._preempt import DEFAULT, DELIVERED, LIGHTNING, STOPPED
+from chaoslight._runtime._preempt import DEFAULT, STOPPED, Delivery, sigterm_deliveries
 
 NCCL_NOTE = "on NCCL a rank whose peer left waits instead: the same run hangs on GPUs"
 STOP_EXCEPTIONS = ("SIGTERMException", "SystemExit")  # stopping by itself, as an error
 
 
-@dataclass(frozen=True)
-class Delivery:
-    """One SIGTERM that reached a rank, and who handled it."""
-
-    rank: int
-    step: int | None
-    handler: str  # "lightning (pytorch-lightning 2.6.6)", "the program", "the default action"
-    fault: str = ""  # the Preempt's text form
-
-    @property
-    def by_lightning(self) -> bool:
-        return self.handler.startswith(LIGHTNING)
-
-
 def deliveries(outcome: Any) -> list[Delivery]:
-    """The SIGTERMs delivered in the run, in time order (a fired Preempt whose timer the
-    end of the run cancelled delivered nothing)."""
-    found = []
-    for event in outcome.events:
-        if event.kind == NOTE and event.detail.startswith(DELIVERED):
-            handler = event.detail.rsplit("handled by ", 1)[-1]
-            found.append(Delivery(event.rank, event.step, handler, event.fault))
-    return found
+    """The SIGTERMs delivered in the run, in time order (``sigterm_deliveries``)."""
+    return sigterm_deliveries(outcome.events)
 
 
 def stopping_steps(outcome: Any) -> dict[int, int | None]:

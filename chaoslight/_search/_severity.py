@@ -6,12 +6,15 @@ more did."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from chaoslight._schedule import Fault, Severity
 
 BENIGN, HARD, DESYNC = Severity.BENIGN, Severity.HARD, Severity.DESYNC
 SEVERITY = tuple(Severity)  # mildest first: a run is judged by its worst fault
 
 
-def fault_class(fault: Fault) -> Severity:
-    """benign, hard or desync: what a correct program can be asked to do under it."""
-    return fault.fault_class()
+def fault_class(fault: Fault, budget: Any = None) -> Severity:
+    """benign, hard or desync: what a correct program can be asked to do under it, in a
+    run whose schedule has this memory ``budget`` (None: no budget)."""
+    return fault.fault_class(budget)

@@ -15,14 +15,19 @@ class CampaignStatus(Vocabulary):
     FOUND = "failed"  # a minimal failing schedule, reproduced by every replay
     FLAKY = "flaky"  # a failure some replay did not reproduce
     BASELINE = "fails-without-faults"  # the empty schedule already fails
+    # The empty schedule fails in some runs only: a race of the program's own. A finding
+    # (a CI job must not stay green on it), with its rate and, when a delay makes it fail
+    # every time, that delay as the schedule.
+    FLAKY_BASELINE = "flaky-without-faults"
     INTERNAL_ERROR = "internal-error"  # chaoslight itself raised: not a finding
 
 
-CLEAN, FOUND, FLAKY, BASELINE, INTERNAL_ERROR = (
+CLEAN, FOUND, FLAKY, BASELINE, FLAKY_BASELINE, INTERNAL_ERROR = (
     CampaignStatus.CLEAN,
     CampaignStatus.FOUND,
     CampaignStatus.FLAKY,
     CampaignStatus.BASELINE,
+    CampaignStatus.FLAKY_BASELINE,
     CampaignStatus.INTERNAL_ERROR,
 )
 

@@ -12,7 +12,44 @@ import random
 import signal
 import sys
 import tempfile
+import threading
+import time
 import warnings
+
+from chaoslight._runtime._frames import runs_program_code
+
+# How long a thread an example started may go on running the program's code after the
+# example ended (an export finishing) before the rank process is retired: past that it
+# would run, and write relative paths, inside the next example.
+LEFTOVER_GRACE_S = 1.0
+
+
+def threads_now() -> set[int]:
+    """The idents of the threads alive now: what an example's leftovers are told from."""
+    return {t.ident for t in threading.enumerate() if t.ident is not None}
+
+
+def program_threads(before: set[int]) -> list[threading.Thread]:
+    """The threads started since ``before`` that are alive and inside the program's code.
+    A library's idle thread (tqdm's monitor, an executor waiting for work) is not one."""
+    frames = sys._current_frames()
+    return [
+        thread
+        for thread in threading.enumerate()
+        if thread.ident not in before
+        and thread is not threading.current_thread()
+        and runs_program_code(frames.get(thread.ident or -1))
+    ]
+
+
+def outlived(before: set[int], grace: float = LEFTOVER_GRACE_S) -> list[str]:
+    """Give the program's leftover threads ``grace`` seconds to end (in the example's own
+    directory, where their writes belong); the names of those still running then."""
+    deadline = time.monotonic() + grace
+    for thread in program_threads(before):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread.name for thread in program_threads(before)]
+
 
 # Handlers a target installs and may leave behind (Lightning's signal connector takes
 # SIGTERM, and SIGUSR1 for SLURM requeue): the next example would run under them. The

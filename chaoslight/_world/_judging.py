@@ -27,8 +27,10 @@ def evidence_of(outcome: Outcome) -> Evidence:
             exc.type if exc else "",
             exc.message if exc else "",
             result.evidence,
+            result.exit_status,
         )
-    return Evidence(outcome.events, views, outcome.schedule)
+    earlier = tuple(evidence_of(run) for run in outcome.attempts)
+    return Evidence(outcome.events, views, outcome.schedule, outcome.target, earlier)
 
 
 def apply_checks(

@@ -39,6 +39,7 @@ from chaoslight._world._slot import (
 from chaoslight._world._target import Target, parse_target
 from chaoslight._world._wire import (
     GROUP_KEPT,
+    GROUP_RETIRED,
     Answer,
     Init,
     Inited,
@@ -381,6 +382,8 @@ class World:
         """Replace dead workers now; mark the group for re-creation unless every rank kept it."""
         for slot in slots:
             result = watches[slot.rank].result
+            if result is not None and result.group == GROUP_RETIRED:
+                slot.kill()  # its program still runs in a thread: a new process takes over
             if slot.dead or result is None or result.group != GROUP_KEPT:
                 self._group_ok = False
         self._spawn_missing()

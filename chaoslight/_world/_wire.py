@@ -44,9 +44,17 @@ class Group(Vocabulary):
     KEPT = "ok"  # whole: the next example reuses it
     DESTROYED = "destroyed"  # destroyed after a failure, to release the peers
     LOST = "lost"  # the target destroyed or replaced it
+    # The rank process must go: a thread the example started still runs the program's
+    # code, and would run inside the next example. The World replaces the process.
+    RETIRED = "retired"
 
 
-GROUP_KEPT, GROUP_DESTROYED, GROUP_LOST = Group.KEPT, Group.DESTROYED, Group.LOST
+GROUP_KEPT, GROUP_DESTROYED, GROUP_LOST, GROUP_RETIRED = (
+    Group.KEPT,
+    Group.DESTROYED,
+    Group.LOST,
+    Group.RETIRED,
+)
 
 
 class WireError(ChaosError):

@@ -38,7 +38,7 @@ from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
 from chaoslight._runtime._protocol import observed_sites
 from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
-from chaoslight._world._isolation import Baseline
+from chaoslight._world._isolation import Baseline, outlived, threads_now
 from chaoslight._world._slot import (
     PATH_VARIABLE,
     PRELOAD_VARIABLE,
@@ -291,14 +291,23 @@ class Worker:
         self.tracker.reset()
         self.sent_at, self.sent_front = 0.0, False
         self.set_timeout(msg.timeout)
+        before = threads_now()
         environ = self.baseline.enter(msg.workdir)
         try:
             result = self.call(msg)
+            leftovers = outlived(before)
         finally:
             self.baseline.restore(environ)
         self.current = None
         hung = self.hang is not None
         group = self.settle(clean=result.status == PASSED and not hung)
+        if leftovers:
+            print(
+                f"chaoslight: rank {self.rank} retires: thread(s) {', '.join(leftovers)} the "
+                "example started still run the program's code",
+                file=sys.stderr,
+            )
+            group = Group.RETIRED
         self.channel.send(replace(result, hung=hung, group=group))
         gc.collect()  # after replying: this example's DDP reducer goes while its group lives
         gc.freeze()  # what survives an example is long-lived: later collections skip it

@@ -29,4 +29,7 @@ BUGS: tuple[str, ...] = (
     "conditional_sync_log",
     "accumulation_no_sync",
     "polled_file_fallback",
+    "preempt_returns_zero",
+    "sampler_loses_shuffle",
+    "slow_epoch_rng",
 )

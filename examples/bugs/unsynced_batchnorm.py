@@ -14,8 +14,10 @@ than the logged validation score.
 The fix (``train_fixed``): average the BatchNorm statistics across ranks at the end of
 every training epoch, before validation and checkpointing (timm's ``distribute_bn``), or
 use ``sync_batchnorm=True`` on GPUs (``SyncBatchNorm`` does not run on CPU). Note that
-DDP's default, ``broadcast_buffers=True``, copies rank 0's buffers at each *forward*, so
-right after the last step the ranks' statistics still differ by that step's update.
+DDP's default, ``broadcast_buffers=True``, copies rank 0's buffers at the start of a
+*forward* (one that follows a synced training forward: not the first after a validation
+run or ``no_sync`` micro-batches), so right after the last step the ranks' statistics
+still differ by that step's update.
 """
 
 from __future__ import annotations

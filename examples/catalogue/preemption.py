@@ -15,8 +15,10 @@ another rank is in, and the job hangs. ``chaoslight fuzz`` reports this once, un
 ``train_fixed`` is the workaround: once Lightning has installed its handler, the module
 replaces it with one that only sets a flag; at every batch start every rank joins one
 MAX-reduce of the flag and, if any rank was signalled, every rank saves a checkpoint
-and stops at the same step (``on_train_batch_start`` returns -1). It passes with
-``--strict``.
+and stops at the same step (``on_train_batch_start`` returns -1); then the process exits
+with status 143 (128 + SIGTERM), so the scheduler sees a job that did not finish and
+requeues it (a job that returns 0 after a preemption reports success having stopped
+early). It passes with ``--strict``.
 
     chaoslight fuzz examples/catalogue/preemption.py:train_buggy           # known issue, exit 0
     chaoslight fuzz examples/catalogue/preemption.py:train_buggy --strict  # a failure, exit 1
@@ -81,6 +83,8 @@ def _fit(make: type[LinearRegression]) -> None:
     # A restarted job (after a preemption) resumes from the snapshot it saved on SIGTERM.
     resume = SNAPSHOT if os.path.exists(SNAPSHOT) else None
     trainer.fit(model, regression_data(batches=MAX_STEPS), ckpt_path=resume)
+    if getattr(model, "signalled", False) or trainer.global_step < MAX_STEPS:
+        sys.exit(128 + signal.SIGTERM)  # stopped early: tell the scheduler so
 
 
 def train_buggy() -> None:

@@ -1,0 +1,67 @@
+"""What each rank ran: the Lightning release and the program shape Lightning's own bugs need.
+
+A silent framework bug (a gradient sync Lightning skips, a batch it repeats after a
+resume) leaves no stack naming the installed Lightning, and its damage reads like a
+program's own bug. A known issue may claim such a failure only where the rank's own
+facts show the release and the shape the upstream report documents; the parent's
+installation need not be the ranks' (``World(python=...)``). ``FrameworkFacts`` records
+them once per fit, at ``on_train_start``, in every rank: one small observation, no
+collective, nothing per step. It never fails a run; ``_search/_known.py`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
+from chaoslight._runtime._evidence import OBSERVATION
+
+FACTS = "framework-facts"
+
+# Each flavour's top-level module and the distribution pip knows it by.
+_DISTRIBUTIONS = {"lightning": "lightning", "pytorch_lightning": "pytorch-lightning"}
+
+
+class FrameworkFacts(Check):
+    """Records, in every rank, the Lightning release that runs and the program's shape
+    (manual optimization, DDP's static graph, the loop progress a resume restored)."""
+
+    name = FACTS
+
+    def observer(self) -> Any:
+        def on_train_start(self: Any, trainer: Any, module: Any) -> None:
+            observe(FACTS, trainer, framework_facts(trainer, module))
+
+        return observer_class("FrameworkFactsObserver", {"on_train_start": on_train_start})()
+
+    def judge(self, evidence: Evidence) -> list[Violation]:
+        return []  # facts for the known-issue table, never a verdict of their own
+
+
+def framework_facts(trainer: Any, module: Any) -> dict[str, Any]:
+    """The facts of one rank's fit at its start (after a checkpoint was restored)."""
+    root = type(trainer).__module__.partition(".")[0]
+    progress = trainer.fit_loop.epoch_loop.batch_progress.total
+    return {
+        "package": _DISTRIBUTIONS.get(root, root),
+        "version": str(getattr(sys.modules.get(root), "__version__", "")),
+        "automatic_optimization": bool(module.automatic_optimization),
+        # torch's DistributedDataParallel keeps the flag it was built with.
+        "static_graph": bool(getattr(trainer.strategy.model, "static_graph", False)),
+        "resumed": getattr(trainer, "ckpt_path", None) is not None,
+        # The restored batch progress: processed but not completed is a checkpoint
+        # written inside on_train_batch_end (ModelCheckpoint(every_n_train_steps=...)).
+        "processed": int(progress.processed),
+        "completed": int(progress.completed),
+    }
+
+
+def facts_by_rank(events: Any) -> dict[int, dict[str, Any]]:
+    """Each rank's facts in one run's events (the last fit's, where a rank fitted twice)."""
+    found: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if event.kind == OBSERVATION and event.site == FACTS:
+            found[event.rank] = json.loads(event.detail)
+    return found

@@ -1,0 +1,342 @@
+"""The data-order check: each epoch draws what the program's own data pipeline promises.
+
+``disjoint-shards`` checks that no two ranks share a sample; this checks coverage and
+order, from what the pipeline itself says it does:
+
+- **Coverage.** A ``DistributedSampler`` covers its data set once per epoch across the
+  ranks (up to its documented padding, or ``drop_last``) only when every rank's sampler
+  permutes the same data the same way: the same length, ``shuffle``, ``seed`` and epoch.
+  Where they disagree (a seed per rank, a data set built per rank, ``set_epoch`` called on
+  some ranks only) the union of the ranks' shares is recomputed here, with the sampler's
+  own arithmetic, and the first index that no rank drew is named.
+- **Reshuffling.** A ``DistributedSampler(shuffle=True)`` draws the same permutation in
+  two epochs exactly when its epoch was not advanced between them (``set_epoch``: Lightning
+  calls it on ``loader.sampler`` and ``loader.batch_sampler.sampler`` only). A sampler,
+  batch sampler or data set of the program's own that declares ``shuffle = True`` and
+  reshuffles in ``set_epoch`` is judged by content: the same batches in the same order in
+  two epochs on every rank, with at least ``MIN_DISTINCT_BATCHES`` distinct batches (so a
+  correct shuffle repeats an order by chance with probability below 1/10!), is a broken
+  promise. Random augmentation changes content each epoch: then nothing is found, never
+  a false alarm.
+
+Nothing else is judged: a sampler that promises no reshuffle (``shuffle=False``, a
+``WeightedRandomSampler``, whose repetitions are what it promises), an epoch a fault or
+``max_steps`` cut short (its batches are fewer), an ``IterableDataset`` without a shuffle
+attribute. Where Lightning replaced the program's sampler (``DistributedSamplerWrapper``
+around it) the report says so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
+from chaoslight._checks._shards import _tensors, row_hashes, train_loaders
+
+MIN_DISTINCT_BATCHES = 10  # 10! > 3.6e6: a correct shuffle repeats an order by chance
+# The DistributedSampler's state that decides its permutation, and must agree across ranks.
+AGREED = ("length", "shuffle", "seed", "epoch", "drop_last", "replicas")
+
+
+def pipeline_facts(loader: Any) -> dict[str, Any]:
+    """How a train loader draws: its DistributedSamplers' state, the program's own
+    components that promise a reshuffle in ``set_epoch``, and what Lightning replaced."""
+    from torch.utils.data import IterableDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    dataset = getattr(loader, "dataset", None)
+    roots: list[Any] = [dataset] if isinstance(dataset, IterableDataset) else []
+    roots += [getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)]
+    samplers, promises, replaced = [], [], None
+    for part in components(roots):
+        if isinstance(part, DistributedSampler):
+            samplers.append(distributed_facts(part))
+            inner = getattr(getattr(part, "dataset", None), "_sampler", None)
+            if inner is not None:  # Lightning's DistributedSamplerWrapper around it
+                replaced = f"{type(inner).__name__} (in Lightning's {type(part).__name__})"
+        elif callable(getattr(part, "set_epoch", None)) and getattr(part, "shuffle", None) is True:
+            promises.append(type(part).__name__)
+    return {"samplers": samplers, "promises": promises, "replaced": replaced}
+
+
+def guarded_facts(loader: Any) -> dict[str, Any]:
+    """``pipeline_facts``, or nothing to judge where a sampler of the program's own does
+    not answer as torch's do (the check must never break the program's fit)."""
+    try:
+        return pipeline_facts(loader)
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return {"samplers": [], "promises": [], "replaced": None}
+
+
+def components(roots: list[Any], depth: int = 4) -> list[Any]:
+    """The samplers (and data sets) in a loader's pipeline: each root, then the samplers
+    it holds in its attributes (a batch sampler's sampler, a wrapper's wrapped one)."""
+    from torch.utils.data import Sampler
+
+    found: dict[int, Any] = {}
+    layer = [root for root in roots if root is not None]
+    for _ in range(depth):
+        following = []
+        for part in layer:
+            if id(part) in found:
+                continue
+            found[id(part)] = part
+            inner = getattr(getattr(part, "dataset", None), "_sampler", None)
+            values = [*getattr(part, "__dict__", {}).values(), inner]
+            following += [v for v in values if isinstance(v, Sampler) and id(v) not in found]
+        layer = following
+    return list(found.values())
+
+
+# DistributedSampler and Lightning's wrapper (whose positions are DistributedSampler's):
+# a subclass of the program's own may draw otherwise, and is not recomputed.
+KNOWN_SAMPLER_MODULES = (
+    "torch.utils.data.distributed",
+    "lightning.fabric.utilities.distributed",
+    "lightning_fabric.utilities.distributed",
+)
+
+
+def distributed_facts(sampler: Any) -> dict[str, Any]:
+    """What decides a DistributedSampler's indices this epoch."""
+    return {
+        "class": type(sampler).__name__,
+        "known": type(sampler).__module__ in KNOWN_SAMPLER_MODULES,
+        "wraps": hasattr(getattr(sampler, "dataset", None), "_sampler"),
+        "length": len(sampler.dataset),
+        "shuffle": bool(sampler.shuffle),
+        "seed": int(sampler.seed),
+        "epoch": int(sampler.epoch),
+        "drop_last": bool(sampler.drop_last),
+        "replicas": int(sampler.num_replicas),
+        "rank": int(sampler.rank),
+    }
+
+
+def distributed_indices(facts: dict[str, Any]) -> list[int]:
+    """The indices a DistributedSampler in this state draws (its own arithmetic,
+    ``torch.utils.data.distributed.DistributedSampler.__iter__``)."""
+    import math
+
+    import torch
+
+    length, replicas = int(facts["length"]), int(facts["replicas"])
+    if facts["shuffle"]:
+        generator = torch.Generator().manual_seed(int(facts["seed"]) + int(facts["epoch"]))
+        indices = torch.randperm(length, generator=generator).tolist()
+    else:
+        indices = list(range(length))
+    if facts["drop_last"] and length % replicas:
+        total = math.ceil((length - replicas) / replicas) * replicas
+        indices = indices[:total]
+    else:
+        total = math.ceil(length / replicas) * replicas
+        padding = total - len(indices)
+        if indices and padding:
+            indices += (indices * math.ceil(padding / len(indices)))[:padding]
+    return indices[int(facts["rank"]) : total : replicas]
+
+
+def batch_fingerprint(batch: Any) -> int:
+    """One 64-bit fingerprint of a whole batch (every tensor, every row, in order)."""
+    value = 0
+    for tensor in _tensors(batch):
+        rows = row_hashes(tensor) if tensor.dim() > 0 else row_hashes(tensor.reshape(1))
+        value = hash((value, tuple(rows)))
+    return value & 0xFFFFFFFFFFFFFFFF
+
+
+class DataOrder(Check):
+    """Each epoch draws what the program's data pipeline promises: every sample once
+    across the ranks, and a new order where it promises to reshuffle."""
+
+    name = "data-order"
+    coverage_cause = (
+        "DistributedSamplers that permute differently on different ranks (a seed per rank, "
+        "a data set built in a rank-dependent order or length, set_epoch on some ranks "
+        "only): give every rank the same data set and seed"
+    )
+    epoch_cause = (
+        "a shuffling sampler whose set_epoch is never called: Lightning calls set_epoch "
+        "only on loader.sampler and loader.batch_sampler.sampler, never on a batch sampler "
+        "itself, a sampler held under another attribute, or a data set. Call it from "
+        "on_train_epoch_start, or derive the epoch from the inner sampler"
+    )
+
+    def observer(self) -> Any:
+        check = self
+        state: dict[str, Any] = {"fit": -1, "first": False, "hash": False, "batches": []}
+
+        def on_fit_start(self: Any, trainer: Any, module: Any) -> None:
+            state["fit"] += 1
+
+        def on_train_epoch_start(self: Any, trainer: Any, module: Any) -> None:
+            state["first"], state["hash"], state["batches"] = True, False, []
+
+        def on_train_batch_start(self: Any, trainer: Any, module: Any, batch: Any, *a: Any) -> None:
+            if state["first"]:
+                # The loaders' iterators exist now: a sampler's state is this epoch's.
+                state["first"] = False
+                loaders = [guarded_facts(loader) for loader in train_loaders(trainer)]
+                state["hash"] = any(facts["promises"] for facts in loaders)
+                facts = {"fit": state["fit"], "epoch": trainer.current_epoch, "loaders": loaders}
+                observe(check.name, trainer, facts | {"world_size": trainer.world_size})
+            if state["hash"]:
+                state["batches"].append(batch_fingerprint(batch))
+
+        def on_train_epoch_end(self: Any, trainer: Any, module: Any) -> None:
+            if state["hash"]:
+                facts = {"fit": state["fit"], "epoch": trainer.current_epoch}
+                observe(check.name, trainer, facts | {"batches": state["batches"]})
+            state["hash"], state["batches"] = False, []
+
+        hooks = {
+            "on_fit_start": on_fit_start,
+            "on_train_epoch_start": on_train_epoch_start,
+            "on_train_batch_start": on_train_batch_start,
+            "on_train_epoch_end": on_train_epoch_end,
+        }
+        return observer_class("DataOrderObserver", hooks)()
+
+    def judge(self, evidence: Evidence) -> list[Violation]:
+        pipelines: dict[int, dict[int, dict[int, Any]]] = defaultdict(lambda: defaultdict(dict))
+        batches: dict[int, dict[int, dict[int, list[int]]]] = defaultdict(lambda: defaultdict(dict))
+        for event, facts in evidence.observations(self.name):
+            fit, epoch = int(facts["fit"]), int(facts["epoch"])
+            if "loaders" in facts:
+                pipelines[fit][epoch].setdefault(event.rank, facts)
+            else:
+                batches[fit][epoch].setdefault(event.rank, list(facts["batches"]))
+        for fit in sorted(set(pipelines) | set(batches)):
+            found = self._fit(pipelines[fit], batches[fit])
+            if found is not None:
+                return [found]
+        return []
+
+    def _fit(
+        self, pipelines: dict[int, dict[int, Any]], batches: dict[int, dict[int, list[int]]]
+    ) -> Violation | None:
+        epochs = sorted(pipelines)
+        for index, epoch in enumerate(epochs):
+            found = self._coverage(epoch, pipelines[epoch])
+            if found is None and index:
+                previous = epochs[index - 1]
+                found = self._reshuffled(previous, epoch, pipelines[previous], pipelines[epoch])
+                if found is None and previous in batches and epoch in batches:
+                    found = self._by_content(previous, epoch, pipelines[epoch], batches)
+            if found is not None:
+                return found
+        return None
+
+    def _coverage(self, epoch: int, ranks: dict[int, Any]) -> Violation | None:
+        """The first index no rank drew, where the ranks' DistributedSamplers disagree."""
+        for index, parts in enumerate(aligned(ranks)):
+            differ = [key for key in AGREED if len({repr(p[key]) for p in parts.values()}) > 1]
+            if not differ or not all(p["known"] for p in parts.values()):
+                continue
+            detail = "; ".join(
+                f"{key}: " + ", ".join(f"rank {r} {p[key]}" for r, p in sorted(parts.items()))
+                for key in differ
+            )
+            lengths = {p["length"] for p in parts.values()}
+            if len(lengths) > 1:
+                message = (
+                    f"in epoch {epoch} the ranks' DistributedSamplers index data sets of "
+                    f"different lengths ({detail}): an index names a different sample on "
+                    "each rank, so some samples are drawn twice and others never"
+                )
+                return Violation(self.name, message, cause=self.coverage_cause)
+            drawn = set().union(*(distributed_indices(p) for p in parts.values()))
+            missing = sorted(set(range(lengths.pop())) - drawn)
+            if missing:
+                what = "position" if any(p["wraps"] for p in parts.values()) else "sample"
+                message = (
+                    f"in epoch {epoch} {what} {missing[0]} (and {len(missing) - 1} more) of "
+                    f"train loader {index} was drawn by no rank: the ranks' "
+                    f"DistributedSamplers disagree ({detail})" + replaced(ranks, index)
+                )
+                return Violation(self.name, message, cause=self.coverage_cause)
+        return None
+
+    def _reshuffled(
+        self, previous: int, epoch: int, before: dict[int, Any], now: dict[int, Any]
+    ) -> Violation | None:
+        """A DistributedSampler(shuffle=True) whose state did not move between epochs."""
+        for rank in sorted(set(before) & set(now)):
+            pairs = zip(sampler_list(before[rank]), sampler_list(now[rank]), strict=False)
+            for (index, old), (_, new) in pairs:
+                if not (new["shuffle"] and new["known"]) or new["wraps"]:
+                    continue
+                if any(old[key] != new[key] for key in AGREED) or old["rank"] != new["rank"]:
+                    continue
+                first = distributed_indices(new)[:1]
+                message = (
+                    f"epoch {epoch} draws the same samples in the same order as epoch "
+                    f"{previous} on rank {rank} (first sample index {first[0] if first else '-'}"
+                    f"): train loader {index}'s DistributedSampler(shuffle=True) stayed at "
+                    f"epoch {new['epoch']}" + replaced({rank: now[rank]}, index)
+                )
+                return Violation(self.name, message, rank=rank, cause=self.epoch_cause)
+        return None
+
+    def _by_content(
+        self,
+        previous: int,
+        epoch: int,
+        now: dict[int, Any],
+        batches: dict[int, dict[int, list[int]]],
+    ) -> Violation | None:
+        """Every rank's batches identical, in order, in two epochs, where a component of
+        the program's own promised to reshuffle: enough distinct batches that a correct
+        shuffle would not repeat the order by chance."""
+        ranks = sorted(now)
+        if not ranks or any(r not in batches[previous] or r not in batches[epoch] for r in ranks):
+            return None
+        streams = {rank: (batches[previous][rank], batches[epoch][rank]) for rank in ranks}
+        if any(old != new for old, new in streams.values()):
+            return None
+        if max(len(set(old)) for old, _ in streams.values()) < MIN_DISTINCT_BATCHES:
+            return None
+        promises = sorted(
+            {p for facts in now.values() for f in facts["loaders"] for p in f["promises"]}
+        )
+        count = len(streams[ranks[0]][0])
+        message = (
+            f"epoch {epoch} trains on the same {count} batches in the same order as epoch "
+            f"{previous} on every rank (first batch {streams[ranks[0]][0][0]:016x}), though "
+            f"{', '.join(promises)} declares shuffle=True and reshuffles in set_epoch"
+        )
+        return Violation(self.name, message, rank=ranks[0], cause=self.epoch_cause)
+
+
+def aligned(ranks: dict[int, Any]) -> list[dict[int, dict[str, Any]]]:
+    """Per DistributedSampler (by position), each rank's state: only where every rank has
+    the same pipeline shape and each takes its own part of the world (disjoint-shards
+    judges the parts)."""
+    lists = {rank: sampler_list(facts) for rank, facts in ranks.items()}
+    if len(ranks) < 2 or len({len(found) for found in lists.values()}) != 1:
+        return []
+    world = int(next(iter(ranks.values()))["world_size"])
+    result = []
+    for position in range(len(next(iter(lists.values())))):
+        parts = {rank: found[position][1] for rank, found in lists.items()}
+        taken = sorted(p["rank"] for p in parts.values())
+        whole = all(p["replicas"] == world for p in parts.values())
+        if len(parts) == world and taken == list(range(world)) and whole:
+            result.append(parts)
+    return result
+
+
+def sampler_list(facts: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(train loader index, DistributedSampler state) for every loader's samplers."""
+    return [(i, s) for i, loader in enumerate(facts["loaders"]) for s in loader["samplers"]]
+
+
+def replaced(ranks: dict[int, Any], index: int) -> str:
+    """Where Lightning replaced the program's sampler: say so."""
+    for facts in ranks.values():
+        loaders = facts["loaders"]
+        if index < len(loaders) and loaders[index].get("replaced"):
+            return f"; Lightning replaced the program's sampler: {loaders[index]['replaced']}"
+    return ""

@@ -1,0 +1,177 @@
+"""data-order judges each epoch by what the program's own pipeline promises: a
+DistributedSampler's coverage across ranks, a reshuffle where shuffling is promised."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    SequentialSampler,
+    TensorDataset,
+    WeightedRandomSampler,
+)
+from torch.utils.data.distributed import DistributedSampler
+
+from chaoslight import Event, Schedule, World
+from chaoslight._checks._order import distributed_indices, pipeline_facts
+from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight.checks import DataOrder, Evidence
+
+CHECK = DataOrder()
+
+
+def sampler(rank: int, **changes: Any) -> dict[str, Any]:
+    """The state of a DistributedSampler over 10 samples, part ``rank`` of 2."""
+    facts = {"class": "DistributedSampler", "known": True, "wraps": False, "length": 10}
+    facts |= {"shuffle": True, "seed": 0, "epoch": 0, "drop_last": False, "replicas": 2}
+    return facts | {"rank": rank} | changes
+
+
+def loader(samplers: list[dict[str, Any]], promises: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"samplers": samplers, "promises": list(promises), "replaced": None}
+
+
+def evidence(epochs: dict[int, dict[int, dict[str, Any]]], batches: Any = None) -> Evidence:
+    """Per epoch, each rank's train loader facts; ``batches``: epoch -> rank -> fingerprints."""
+    events = []
+    for epoch, ranks in epochs.items():
+        for rank, facts in ranks.items():
+            detail = {"fit": 0, "epoch": epoch, "loaders": [facts], "world_size": len(ranks)}
+            events.append(
+                Event(OBSERVATION, CHECK.name, rank, 0, 0.0, 0.0, detail=json.dumps(detail))
+            )
+    for epoch, ranks in (batches or {}).items():
+        for rank, fingerprints in ranks.items():
+            detail = {"fit": 0, "epoch": epoch, "batches": fingerprints}
+            events.append(
+                Event(OBSERVATION, CHECK.name, rank, 0, 0.0, 0.0, detail=json.dumps(detail))
+            )
+    return Evidence(events)
+
+
+def per_rank(epoch: int = 0, **changes: Any) -> dict[int, dict[str, Any]]:
+    return {rank: loader([sampler(rank, epoch=epoch, **changes)]) for rank in (0, 1)}
+
+
+@pytest.mark.parametrize(
+    ("length", "shuffle", "drop_last"),
+    [(10, True, False), (11, True, False), (11, False, True), (3, True, False)],
+)
+def test_indices_are_the_samplers_own(length: int, shuffle: bool, drop_last: bool) -> None:
+    """The recomputed indices are exactly torch's DistributedSampler's, padding included."""
+    data = TensorDataset(torch.arange(float(length)))
+    for rank in (0, 1):
+        real: DistributedSampler[int] = DistributedSampler(
+            data, 2, rank, shuffle=shuffle, seed=3, drop_last=drop_last
+        )
+        real.set_epoch(4)
+        facts = sampler(rank, length=length, shuffle=shuffle, seed=3, epoch=4, drop_last=drop_last)
+        assert distributed_indices(facts) == list(real)
+
+
+def test_epochs_with_agreeing_advancing_samplers_pass() -> None:
+    """Every rank's sampler agrees and the epoch moves: nothing to report."""
+    assert CHECK.judge(evidence({0: per_rank(0), 1: per_rank(1)})) == []
+
+
+def test_a_seed_per_rank_misses_samples_and_names_the_first() -> None:
+    """DistributedSampler(seed=rank): the ranks permute differently; a sample is missed."""
+    ranks = {rank: loader([sampler(rank, seed=rank)]) for rank in (0, 1)}
+    (violation,) = CHECK.judge(evidence({0: ranks}))
+    assert (
+        "was drawn by no rank" in violation.message
+        and "seed: rank 0 0, rank 1 1" in violation.message
+    )
+
+
+def test_data_sets_of_different_lengths_are_named() -> None:
+    """A data set built per rank with another length: an index names another sample."""
+    ranks = {0: loader([sampler(0)]), 1: loader([sampler(1, length=9)])}
+    (violation,) = CHECK.judge(evidence({0: ranks}))
+    assert "different lengths" in violation.message
+
+
+def test_a_shuffling_sampler_that_stays_at_one_epoch_is_found() -> None:
+    """shuffle=True and the same epoch twice: the same permutation in epoch 1."""
+    (violation,) = CHECK.judge(evidence({0: per_rank(0), 1: per_rank(0)}))
+    assert violation.message.startswith("epoch 1 draws the same samples in the same order")
+    assert "set_epoch" in violation.cause
+
+
+def test_a_sequential_sampler_may_repeat_its_order() -> None:
+    """shuffle=False promises the same order every epoch."""
+    assert (
+        CHECK.judge(evidence({0: per_rank(0, shuffle=False), 1: per_rank(0, shuffle=False)})) == []
+    )
+
+
+PROMISING = {rank: loader([sampler(rank, shuffle=False)], ("ShuffledBatches",)) for rank in (0, 1)}
+TWELVE = list(range(100, 112))
+
+
+def test_a_promised_reshuffle_that_repeats_the_order_is_found_by_content() -> None:
+    """A component declaring shuffle=True, the same 12 batches in the same order twice."""
+    batches = {0: {0: TWELVE, 1: TWELVE[::-1]}, 1: {0: TWELVE, 1: TWELVE[::-1]}}
+    (violation,) = CHECK.judge(evidence({0: PROMISING, 1: PROMISING}, batches))
+    assert "ShuffledBatches declares shuffle=True" in violation.message
+
+
+def test_a_reshuffled_epoch_or_too_few_batches_pass() -> None:
+    """A new order, or so few batches that a correct shuffle may repeat: no violation."""
+    moved = {0: {0: TWELVE, 1: TWELVE}, 1: {0: TWELVE[::-1], 1: TWELVE}}
+    assert CHECK.judge(evidence({0: PROMISING, 1: PROMISING}, moved)) == []
+    few = {0: {0: TWELVE[:4], 1: TWELVE[:4]}, 1: {0: TWELVE[:4], 1: TWELVE[:4]}}
+    assert CHECK.judge(evidence({0: PROMISING, 1: PROMISING}, few)) == []
+
+
+class Batches(BatchSampler):
+    """A batch sampler that declares a reshuffle in set_epoch."""
+
+    shuffle = True
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+def test_pipeline_facts_read_the_promise_and_what_lightning_replaced() -> None:
+    """A batch sampler with set_epoch and shuffle=True is a promise; a weighted sampler
+    inside Lightning's DistributedSamplerWrapper is named as replaced, with no promise."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    data = TensorDataset(torch.arange(8.0))
+    own = pipeline_facts(DataLoader(data, batch_sampler=Batches(SequentialSampler(data), 2, False)))
+    assert own["promises"] == ["Batches"]
+    weighted = WeightedRandomSampler([1.0] * 8, 8)
+    wrapped = DistributedSamplerWrapper(weighted, num_replicas=2, rank=0, shuffle=False)
+    facts = pipeline_facts(DataLoader(data, sampler=wrapped))
+    assert facts["promises"] == [] and facts["replaced"].startswith("WeightedRandomSampler")
+
+
+BUGS = "examples/bugs/sampler_loses_shuffle.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "found"),
+    [
+        (f"{BUGS}:train_buggy", True),
+        (f"{BUGS}:train_fixed", False),
+        ("examples/shapes/bucket_batch_sampler.py:train", False),
+        ("examples/shapes/weighted_sampler.py:train", False),
+        ("examples/shapes/combined_loaders.py:train", False),
+        ("examples/shapes/limit_batches.py:train", False),
+        ("examples/shapes/iterable_rank_shard.py:train", False),
+        ("examples/shapes/max_steps_onecycle.py:train", False),
+    ],
+)
+def test_real_programs(world2: World, target: str, found: bool) -> None:
+    """The batch sampler Lightning never tells the epoch is found; correct pipelines pass."""
+    outcome = world2.run(target, Schedule(), timeout=60, checks=[DataOrder()])
+    assert bool(outcome.violations) == found, outcome.report()
+    if found:
+        assert "epoch 1 trains on the same 12 batches" in outcome.violations[0].message

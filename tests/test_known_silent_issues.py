@@ -1,0 +1,224 @@
+"""Lightning's silent bugs as known issues, matched by their documented shape only: the
+damage a check sees (replicas apart, a resumed job a step ahead), the release and the
+program shape the ranks recorded of themselves (``framework-facts``), and nothing but
+benign faults. The same check failing on an affected release in another shape, without
+the facts, or on a fixed release stays the program's. The releases themselves are tried
+by ``benchmarks/known_issue_releases.py`` (network, minutes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import lightning
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from chaoslight import Event, Outcome, Schedule
+from chaoslight._checks._facts import FACTS, framework_facts
+from chaoslight._report import FAILED, PASSED
+from chaoslight._report._records import RankResult
+from chaoslight._runtime import FIRED
+from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight._search._known import match_known
+from chaoslight.checks import FrameworkFacts, Violation
+
+STATIC = "lightning-static-graph-manual-sync"
+RESUME = "lightning-resume-repeats-batch"
+MANUAL_STATIC: dict[str, Any] = {"automatic_optimization": False, "static_graph": True}
+BATCH_END_RESUME: dict[str, Any] = {"resumed": True, "processed": 7, "completed": 6}
+
+
+def facts(version: str, *, package: str = "lightning", **shape: Any) -> dict[str, Any]:
+    """One rank's framework facts: a fresh fit with automatic optimization, unless told."""
+    base = {
+        "package": package,
+        "version": version,
+        "automatic_optimization": True,
+        "static_graph": False,
+        "resumed": False,
+        "processed": 0,
+        "completed": 0,
+    }
+    return {**base, **shape}
+
+
+def event(
+    kind: str, site: str, rank: int, step: int | None, detail: str = "", fault: str = ""
+) -> Event:
+    return Event(kind, site, rank, step, 1.0, 1.0, fault, 0, detail)
+
+
+def run(
+    per_rank: list[dict[str, Any]] | None,
+    violations: list[Violation],
+    first_step: int = 0,
+    fired: str = "",
+) -> Outcome:
+    """Two ranks that passed, their facts (none when ``per_rank`` is None), replicas-in-sync
+    observations from ``first_step`` on, the violations the checks returned."""
+    events = [
+        event(OBSERVATION, FACTS, r, first_step, json.dumps(f))
+        for r, f in enumerate(per_rank or [])
+    ]
+    events += [
+        event(OBSERVATION, "replicas-in-sync", r, s, "{}")
+        for r in (0, 1)
+        for s in (first_step, first_step + 1)
+    ]
+    if fired:
+        events.append(event(FIRED, "lightning.training_step", 0, first_step, fault=fired))
+    ranks = (RankResult(0, PASSED), RankResult(1, PASSED))
+    schedule = Schedule.parse(fired) if fired else Schedule()
+    return Outcome(FAILED, ranks, events, 1.0, schedule, "t.py:train", 60.0, tuple(violations))
+
+
+def apart(step: int = 0) -> Violation:
+    return Violation("replicas-in-sync", "parameter 'layer.weight' differs", rank=1, step=step)
+
+
+def ahead() -> Violation:
+    return Violation(
+        "restart-equivalence", "global_step at the end: 13 after the resume, 12 uninterrupted"
+    )
+
+
+def key(outcome: Outcome) -> str | None:
+    found = match_known(outcome)
+    return None if found is None else found[0].key
+
+
+@pytest.mark.parametrize("version", ["2.0.0", "2.4.0", "2.5.6"])
+def test_replicas_apart_at_the_first_step_under_manual_static_graph_is_lightnings(
+    version: str,
+) -> None:
+    """Manual optimization with DDP's static graph, replicas apart at the first step: #21251."""
+    outcome = run([facts(version, **MANUAL_STATIC)] * 2, [apart()])
+    found = match_known(outcome)
+    assert found is not None
+    issue, package, seen = found
+    assert (issue.key, package, seen) == (STATIC, "lightning", version)
+    assert "21251" in issue.reference and "static_graph" in issue.workaround
+
+
+def test_the_first_step_of_a_resumed_fit_counts_as_its_first() -> None:
+    """A resumed fit under the same shape parts at the first step it trains (its own first)."""
+    assert key(run([facts("2.5.6", **MANUAL_STATIC)] * 2, [apart(step=8)], first_step=8)) == STATIC
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(run([facts("2.6.0", **MANUAL_STATIC)] * 2, [apart()]), id="fixed-release"),
+        pytest.param(run([facts("2.5.6")] * 2, [apart()]), id="automatic-optimization"),
+        pytest.param(
+            run([facts("2.5.6", automatic_optimization=False)] * 2, [apart()]), id="dynamic-graph"
+        ),
+        pytest.param(
+            run([facts("2.5.6", **MANUAL_STATIC)] * 2, [apart(step=3)]), id="parted-later"
+        ),
+        pytest.param(run(None, [apart()]), id="no-facts"),
+        pytest.param(
+            run([facts("2.5.6", **MANUAL_STATIC)], [apart()]), id="one-rank-without-facts"
+        ),
+        pytest.param(
+            run([facts("2.5.6", **MANUAL_STATIC), facts("2.6.0", **MANUAL_STATIC)], [apart()]),
+            id="ranks-disagree-on-release",
+        ),
+        pytest.param(
+            run(
+                [facts("2.5.6", **MANUAL_STATIC)] * 2,
+                [apart(), Violation("finite-loss", "the loss is nan", rank=0, step=2)],
+            ),
+            id="another-check-fails-too",
+        ),
+        pytest.param(
+            run(
+                [facts("2.5.6", **MANUAL_STATIC)] * 2,
+                [apart()],
+                fired="corrupt@dist.all_reduce rank=1 step=0",
+            ),
+            id="a-desync-fault-fired",
+        ),
+    ],
+)
+def test_replicas_apart_in_another_shape_stay_the_programs(outcome: Outcome) -> None:
+    """A fixed release, automatic optimization, a dynamic graph, replicas that part later,
+    missing or disagreeing facts, another failing check or a harmful fault: the program's."""
+    assert match_known(outcome) is None
+
+
+@pytest.mark.parametrize("version", ["2.1.0", "2.4.0"])
+def test_a_resume_from_a_batch_end_checkpoint_a_step_ahead_is_lightnings(version: str) -> None:
+    """Resumed from a checkpoint written in on_train_batch_end, restart-equivalence fails:
+    Lightning PR #20379 on 2.0-2.4.0."""
+    outcome = run([facts(version, **BATCH_END_RESUME)] * 2, [ahead()], first_step=7)
+    found = match_known(outcome)
+    assert found is not None and found[0].key == RESUME
+    assert "20379" in found[0].reference and "epoch ends" in found[0].workaround
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(run([facts("2.5.0", **BATCH_END_RESUME)] * 2, [ahead()]), id="fixed-release"),
+        pytest.param(
+            run([facts("2.4.0", resumed=True, processed=8, completed=8)] * 2, [ahead()]),
+            id="epoch-end-checkpoint",
+        ),
+        pytest.param(run([facts("2.4.0")] * 2, [ahead()]), id="not-resumed"),
+        pytest.param(
+            run([facts("2.4.0", **BATCH_END_RESUME)] * 2, [ahead(), apart(step=8)]),
+            id="replicas-apart-too",
+        ),
+        pytest.param(
+            run(
+                [facts("2.4.0", **BATCH_END_RESUME)] * 2,
+                [ahead()],
+                fired="raise@lightning.training_step rank=0 step=8",
+            ),
+            id="an-error-fired-in-the-resumed-run",
+        ),
+    ],
+)
+def test_a_restart_difference_in_another_shape_stays_the_programs(outcome: Outcome) -> None:
+    """A warm-up counter lost on an epoch-end resume, a fixed release, a run that did not
+    resume, another failing check or an error that fired: the program's own finding."""
+    assert match_known(outcome) is None
+
+
+def test_framework_facts_record_the_release_and_shape_a_fit_runs(tmp_path: Any) -> None:
+    """The facts observer records the Lightning that runs, manual optimization and a fresh start."""
+    import lightning.pytorch as pl
+
+    seen: list[dict[str, Any]] = []
+
+    class Manual(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            optimizer: Any = self.optimizers()
+            self.manual_backward(self.layer(batch[0]).sum())
+            optimizer.step()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def on_train_start(self) -> None:
+            seen.append(framework_facts(self.trainer, self))
+
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[FrameworkFacts().observer()],
+    )
+    trainer.fit(Manual(), DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2))
+    assert seen == [facts(lightning.__version__, automatic_optimization=False)]
