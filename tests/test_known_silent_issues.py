@@ -8,6 +8,7 @@ by ``benchmarks/known_issue_releases.py`` (network, minutes)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import lightning
@@ -222,3 +223,174 @@ def test_framework_facts_record_the_release_and_shape_a_fit_runs(tmp_path: Any) 
     )
     trainer.fit(Manual(), DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2))
     assert seen == [facts(lightning.__version__, automatic_optimization=False)]
+
+
+# -- max_steps and an epoch-end checkpoint: FitLoop.on_run_start (PR #12821) -----------------
+
+ITERATION = "lightning-iteration-resume-epoch-end"
+CRASH = "crash@lightning.training_step rank=0 step=6"
+# Resumed at step 4 from last.ckpt written in on_train_epoch_end of epoch 0, under max_steps.
+EPOCH_END_BY_STEPS: dict[str, Any] = {
+    "resumed": True,
+    "processed": 4,
+    "completed": 4,
+    "max_steps": 10,
+    "epoch_processed": 1,
+    "epoch_completed": 0,
+}
+
+
+def misplaced() -> Violation:
+    return Violation(
+        "restart-equivalence",
+        "the fit resumed at step 4 with epoch 0 batch 4, which the uninterrupted run counts "
+        "as epoch 1 batch 0",
+        rank=0,
+        step=4,
+    )
+
+
+def restarted(
+    shape: dict[str, Any],
+    violations: list[Violation],
+    version: str = "2.6.6",
+    before: str = CRASH,
+    fired: str = "",
+) -> Outcome:
+    """A job that ran once (``before`` fired there), restarted and resumed with ``shape``."""
+    first = run([facts(version)] * 2, [], fired=before)
+    last = run([facts(version, **shape)] * 2, violations, first_step=4, fired=fired)
+    return replace(last, attempts=(first,), schedule=Schedule.parse(f"restarts 1\n{before}"))
+
+
+@pytest.mark.parametrize("version", ["2.4.0", "2.5.0", "2.6.6"])
+def test_an_epoch_end_resume_under_max_steps_that_lands_wrong_is_lightnings(version: str) -> None:
+    """max_steps, resumed from an epoch-end checkpoint, only restart-equivalence fails: known."""
+    found = match_known(restarted(EPOCH_END_BY_STEPS, [misplaced()], version))
+    assert found is not None and found[0].key == ITERATION
+    assert "12821" in found[0].reference and "every_n_train_steps" in found[0].workaround
+
+
+def test_a_learning_rate_difference_in_the_same_shape_is_lightnings_too() -> None:
+    """The same resume, seen as a learning rate apart (an epoch-interval scheduler): known."""
+    assert key(restarted(EPOCH_END_BY_STEPS, [ahead()])) == ITERATION
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(
+            restarted({**EPOCH_END_BY_STEPS, "max_steps": -1}, [misplaced()]), id="max-epochs"
+        ),
+        pytest.param(
+            restarted(
+                {
+                    **EPOCH_END_BY_STEPS,
+                    "processed": 7,
+                    "completed": 6,
+                    "epoch_processed": 1,
+                    "epoch_completed": 1,
+                },
+                [misplaced()],
+            ),
+            id="mid-epoch-checkpoint",
+        ),
+        pytest.param(
+            restarted({**EPOCH_END_BY_STEPS, "resumed": False}, [misplaced()]), id="not-resumed"
+        ),
+        pytest.param(
+            restarted(EPOCH_END_BY_STEPS, [misplaced(), apart(step=5)]), id="replicas-apart-too"
+        ),
+        pytest.param(
+            restarted(
+                EPOCH_END_BY_STEPS,
+                [misplaced()],
+                fired="raise@lightning.training_step rank=0 step=5",
+            ),
+            id="an-error-fired-in-the-resumed-run",
+        ),
+        pytest.param(
+            restarted(
+                EPOCH_END_BY_STEPS, [misplaced()], before="corrupt@dist.all_reduce rank=1 step=2"
+            ),
+            id="a-desync-fault-before-the-restart",
+        ),
+        pytest.param(
+            restarted(
+                {k: v for k, v in EPOCH_END_BY_STEPS.items() if not k.startswith(("max", "epoch"))},
+                [misplaced()],
+            ),
+            id="facts-without-the-fit-shape",
+        ),
+        pytest.param(restarted(EPOCH_END_BY_STEPS, [misplaced()], "1.9.0"), id="older-release"),
+    ],
+)
+def test_a_restart_difference_outside_the_iteration_resume_shape_stays_the_programs(
+    outcome: Outcome,
+) -> None:
+    """Training by epochs, a mid-epoch checkpoint, no resume, another failing check, a
+    harmful fault, facts without the fit's shape or an older release: the program's."""
+    assert key(outcome) != ITERATION
+
+
+def test_a_warmup_counter_lost_on_an_epoch_end_resume_by_epochs_is_the_programs() -> None:
+    """warmup_counter.py:train_buggy's shape (max_epochs, epoch-end checkpoint, a learning
+    rate apart) matches no known issue."""
+    by_epochs = {**EPOCH_END_BY_STEPS, "max_steps": -1, "epoch_completed": 1}
+    wrong_rate = Violation(
+        "restart-equivalence",
+        "learning rate of group 0 at step 4: 0.0125 after the resume, 0.0625 uninterrupted",
+        rank=0,
+        step=4,
+    )
+    assert match_known(restarted(by_epochs, [wrong_rate])) is None
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+@pytest.mark.parametrize("by_steps", [True, False])
+def test_framework_facts_record_an_epoch_end_resume_as_lightning_counts_it(
+    tmp_path: Any, by_steps: bool
+) -> None:
+    """Resumed from an epoch-end checkpoint, the restored epoch is processed and not yet
+    completed at on_train_start under max_steps (Lightning's bug), completed under max_epochs."""
+    import lightning.pytorch as pl
+
+    from chaoslight._checks._facts import epoch_facts
+
+    seen: list[dict[str, Any]] = []
+
+    class Fit(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def on_train_start(self) -> None:
+            seen.append(epoch_facts(self.trainer))
+
+    def fit(length: int, resume: str | None) -> None:
+        limit = {"max_steps": length} if by_steps else {"max_epochs": length // 2}
+        trainer = pl.Trainer(
+            default_root_dir=tmp_path,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_last=True)],
+            **limit,
+        )
+        trainer.fit(
+            Fit(), DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2), ckpt_path=resume
+        )
+
+    fit(2, None)  # one epoch of two steps: last.ckpt written in on_train_epoch_end
+    fit(4, str(tmp_path / "last.ckpt"))
+    epochs = (1, 0) if by_steps else (1, 1)
+    assert (seen[1]["epoch_processed"], seen[1]["epoch_completed"]) == epochs
+    assert (seen[1]["max_steps"] != -1) == by_steps and seen[0]["max_steps"] == (
+        2 if by_steps else -1
+    )

@@ -226,6 +226,22 @@ def test_a_hang_after_lightnings_handler_is_not_known_when_another_hard_fault_fi
         assert verdict.failed and (verdict.known is not None) is known, other
 
 
+def test_a_size_mismatch_abort_after_lightnings_handler_is_its_broadcast() -> None:
+    """Lightning's handler broadcast paired with DDP's buffer broadcast on the peer, which
+    gloo aborted for the size mismatch (no stack shows the handler): Lightning's issue;
+    the same abort after the program's own handler, or beside a hard fault, is not."""
+    abort = "what(): [enforce fail at pair.cc:456] op.preamble.length <= op.nbytes. 12 vs 4"
+    aborted = RankResult(1, "crashed", signal=6, output=abort, ended_s=1.2)
+    ranks = [gloo_error(0), aborted]
+    verdict = judge(run(ranks, delivered(0, LIGHTNING_266)))
+    assert verdict.failed and verdict.known is not None
+    assert verdict.known[0].key == "lightning-sigterm-broadcast"
+    assert judge(run(ranks, delivered(0, "the program"))).known is None
+    oom = "oom@lightning.training_step rank=1 step=4"
+    events = [*delivered(0, LIGHTNING_266), Event(FIRED, SITE, 1, 4, 1.0, 1.0, oom, 1)]
+    assert judge(run(ranks, events, fault=f"{PREEMPT}\n{oom}")).known is None
+
+
 def test_a_known_issue_needs_lightnings_handler_to_have_run() -> None:
     """The same hang after the program's own handler is the program's finding."""
     verdict = judge(run([hung(0), hung(1)], delivered(1, "the program")))

@@ -26,13 +26,14 @@ _DISTRIBUTIONS = {"lightning": "lightning", "pytorch_lightning": "pytorch-lightn
 
 class FrameworkFacts(Check):
     """Records, in every rank, the Lightning release that runs and the program's shape
-    (manual optimization, DDP's static graph, the loop progress a resume restored)."""
+    (manual optimization, DDP's static graph, ``max_steps``, the loop progress a resume
+    restored)."""
 
     name = FACTS
 
     def observer(self) -> Any:
         def on_train_start(self: Any, trainer: Any, module: Any) -> None:
-            observe(FACTS, trainer, framework_facts(trainer, module))
+            observe(FACTS, trainer, {**framework_facts(trainer, module), **epoch_facts(trainer)})
 
         return observer_class("FrameworkFactsObserver", {"on_train_start": on_train_start})()
 
@@ -55,6 +56,22 @@ def framework_facts(trainer: Any, module: Any) -> dict[str, Any]:
         # written inside on_train_batch_end (ModelCheckpoint(every_n_train_steps=...)).
         "processed": int(progress.processed),
         "completed": int(progress.completed),
+    }
+
+
+def epoch_facts(trainer: Any) -> dict[str, Any]:
+    """How the fit counts: by steps or epochs, and the epoch progress it starts from."""
+    epochs = trainer.fit_loop.epoch_progress.current
+    return {
+        # -1: the fit ends by epochs; else Lightning treats it as iteration-based.
+        "max_steps": int(trainer.max_steps),
+        # The epoch progress at on_train_start. Lightning counts an epoch processed
+        # before on_train_epoch_end (where ModelCheckpoint saves by default) and completed
+        # after; on a resume, FitLoop.on_run_start makes them equal again unless max_steps
+        # is set: processed one past completed is an epoch-end checkpoint Lightning did not
+        # count as finished.
+        "epoch_processed": int(epochs.processed),
+        "epoch_completed": int(epochs.completed),
     }
 
 

@@ -40,7 +40,7 @@ OWN_COLLECTIVE_CAUSE = (
 
 
 # gloo's words when the ranks of one collective send different amounts of data.
-_SIZE_MISMATCH = (
+SIZE_MISMATCH = (
     "Received data size doesn't match expected size",
     "op.preamble.length <= op.nbytes",
     "Detected mismatch between collectives",
@@ -56,7 +56,7 @@ def mismatch_cause(outcome: Any) -> str:
     """The usual cause when a rank's error or output shows a size mismatch, else ''."""
     for result in outcome.ranks:
         text = f"{result.exception or ''}\n{result.output or ''}\n{result.evidence or ''}"
-        if any(words in text for words in _SIZE_MISMATCH):
+        if any(words in text for words in SIZE_MISMATCH):
             return SIZE_MISMATCH_CAUSE
     return ""
 

@@ -25,7 +25,9 @@ from chaoslight._checks._exits import ExitStatus, run_label
 from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, known_issue_block
 from chaoslight._runtime import FIRED
 from chaoslight._schedule import InvalidSchedule, fault_from_text
+from chaoslight._search._hangs import SIZE_MISMATCH
 from chaoslight._search._known_silent import (
+    epoch_end_resume_by_steps,
     package_in_facts,
     repeated_batch_after_resume,
     static_graph_first_step,
@@ -227,13 +229,32 @@ def _stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
     return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
 
 
+def _mismatch_after_handler(outcome: Any, taken: list[Delivery]) -> bool:
+    """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
+    died of gloo's size-mismatch abort: the handler's ``dist.broadcast`` runs wherever the
+    signal lands and pairs with whatever collective a peer is in (DDP's buffer broadcast
+    at forward start, a ``sync_dist`` reduce), and the first collective that pairs two
+    different sizes is that one. No stack shows the handler's frame then: the peer dies
+    in its own collective, and the signalled rank is released from its next one."""
+    if not taken or _more_than_a_preemption(outcome):
+        return False
+    return any(
+        r.status == CRASHED and any(words in (r.output or "") for words in SIZE_MISMATCH)
+        for r in outcome.ranks
+    )
+
+
 def _broadcast_or_alone(outcome: Any, taken: list[Delivery]) -> bool:
     """2.5.2-2.6.x: the handler's or the per-batch broadcast left a peer behind
     (``_broadcast_in_handler``), or a signalled rank stopped alone (``_stopped_alone``):
     the per-batch broadcast carries rank 0's flag only, so a SIGTERM that reached another
     rank alone is seen by that rank's own check at its batch's end, which raises while its
     peers go on into the next batch's broadcast."""
-    return _broadcast_in_handler(outcome, taken) or _stopped_alone(outcome, taken)
+    return (
+        _broadcast_in_handler(outcome, taken)
+        or _stopped_alone(outcome, taken)
+        or _mismatch_after_handler(outcome, taken)
+    )
 
 
 def _raised_in_loops(traceback: str) -> bool:
@@ -310,7 +331,9 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "batch start) while a peer is in another collective or has ended, or the ranks "
             "stopped at different steps; or a signalled rank raised SIGTERMException from "
             "Lightning's loop alone (the per-batch broadcast carries rank 0's flag only) "
-            "while a peer not stopped with it ended otherwise"
+            "while a peer not stopped with it ended otherwise; or a rank died of gloo's "
+            "size-mismatch abort (the handler's broadcast paired with a collective of "
+            "another size, such as DDP's buffer broadcast)"
         ),
         reference=(
             "https://github.com/Lightning-AI/pytorch-lightning/pull/20825 (the fix for "
@@ -430,6 +453,37 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "exactly (examples/known_issues/resume_repeats_batch.py:train_fixed)"
         ),
         matches=repeated_batch_after_resume,
+    ),
+    KnownIssue(
+        key="lightning-iteration-resume-epoch-end",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "with max_steps set, a resume from an epoch-end checkpoint is taken for "
+            "mid-epoch: the next epoch's first batch is trained as one more batch of the "
+            "old epoch"
+        ),
+        signature=(
+            "every rank of the resumed run passed with no fault but benign ones, after a "
+            "crash or preemption that ended the earlier run; every rank trained by max_steps "
+            "and resumed from a checkpoint written at an epoch end (its epoch progress at "
+            "the fit's start has one epoch processed and not completed: ModelCheckpoint's "
+            "default, in on_train_epoch_end; the framework-facts observations); the only "
+            "failing check is restart-equivalence"
+        ),
+        reference=(
+            "FitLoop.on_run_start counts the restored epoch as completed only `if not "
+            "self._iteration_based_training()` (added by "
+            "https://github.com/Lightning-AI/pytorch-lightning/pull/12821, 1.7.0; unfixed); "
+            "related: https://github.com/Lightning-AI/pytorch-lightning/issues/19617"
+        ),
+        workaround=(
+            "checkpoint by steps where an epoch ends: ModelCheckpoint(every_n_train_steps=N) "
+            "with N a multiple of the optimizer steps per epoch (exact on Lightning 2.5.0 "
+            "or later), or train by max_epochs instead of max_steps "
+            "(examples/known_issues/iteration_resume.py:train_fixed)"
+        ),
+        matches=epoch_end_resume_by_steps,
     ),
 )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
+from chaoslight._checks._restart import faults_leave_training_alone
 from chaoslight._report import PASSED
 from chaoslight._runtime import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
@@ -67,6 +68,29 @@ def repeated_batch_after_resume(outcome: Any, taken: Any) -> bool:
     if facts is None or not _quiet(outcome):
         return False
     if not all(f["resumed"] and f["processed"] == f["completed"] + 1 for f in facts.values()):
+        return False
+    failing = _failing(outcome)
+    return bool(failing) and all(v.check == RESTART for v in failing)
+
+
+def epoch_end_resume_by_steps(outcome: Any, taken: Any) -> bool:
+    """Lightning's ``FitLoop.on_run_start`` (since PR #12821, 1.7.0) counts the restored
+    epoch as completed only when ``max_steps`` is not set: every rank of this run trained
+    by ``max_steps`` and resumed from a checkpoint written at an epoch end (its epoch
+    progress, at the fit's start, has one epoch processed and not completed), the job
+    restarted after faults that ended a run or cannot change training, every rank passed
+    under benign faults at most, and the only failing check is ``restart-equivalence``:
+    the resumed fit trains the next epoch's first batch as one more batch of the old
+    epoch. A resume by epochs, or from a mid-epoch checkpoint, is the program's."""
+    facts = _facts_on_every_rank(outcome)
+    if facts is None or not _quiet(outcome) or not faults_leave_training_alone(outcome):
+        return False
+    if not all(
+        f["resumed"]
+        and f.get("max_steps", -1) != -1
+        and f.get("epoch_processed", 0) == f.get("epoch_completed", 0) + 1
+        for f in facts.values()
+    ):
         return False
     failing = _failing(outcome)
     return bool(failing) and all(v.check == RESTART for v in failing)
