@@ -180,13 +180,17 @@ def _totals(loop: dict[str, Any]) -> dict[str, Any]:
     flight is counted again), not the per-epoch ``current`` ones (reset on a restart),
     not validation's (a restart may validate again), not the schedulers' (their effect,
     the learning rate, is compared step by step), not ``_batches_that_stepped`` (the
-    loggers' step, which Lightning advances by one on some resumes)."""
+    loggers' step, which Lightning advances by one on some resumes), not the batch
+    counters (a checkpoint written at a batch's end holds ``completed`` one behind
+    ``processed``, Lightning#18060, and a fit resumed from it ends one behind having
+    trained the same batches: which batches it trained is compared step by step)."""
     return {
         path: value
         for path, value in loop.items()
         if path.endswith(".total.completed")
         and "val_loop" not in path
         and "scheduler_progress" not in path
+        and "batch_progress" not in path
     }
 
 
