@@ -312,8 +312,8 @@ def test_a_mid_epoch_resume_of_a_plain_loader_is_only_a_warning(world2: Any) -> 
 
 @pytest.mark.slow
 def test_the_default_search_with_the_check_finds_the_warm_up_counter(world2: Any) -> None:
-    """Default fuzz plus restart-equivalence: a crash, a restart, the rates differ; the
-    fixed twin's first examples come out clean."""
+    """Default fuzz: a crash, a restart, the rates differ (the fixed twin is judged clean
+    under the same kind of schedule by the pairs test above)."""
     import chaoslight
     from chaoslight._search._failure import DEFAULT_CHECKS
 
@@ -324,7 +324,3 @@ def test_the_default_search_with_the_check_finds_the_warm_up_counter(world2: Any
     )
     assert buggy.status == "failed" and buggy.schedule.restarts == 1, buggy.verdict
     assert "learning rate of group 0" in buggy.verdict.reason
-    fixed, _ = chaoslight.fuzz(
-        RESTART_DIR + "warmup_counter.py:train_fixed", max_examples=3, max_time=120, **options
-    )
-    assert fixed.status == "clean", fixed.verdict

@@ -121,3 +121,22 @@ def test_threads_hammering_a_site_are_all_counted_while_faults_fire_on_schedule(
     assert [(e.site, e.call) for e in run.fired()] == [("torch.load", n) for n in (3, 5, 6, 7, 8)]
     assert run.reached[("torch.save", 0)] == threads * calls
     assert stacks == [[]] * threads
+
+
+def test_current_frames_hold_the_collector_off_and_put_its_state_back() -> None:
+    """The stacks of every thread come back, and the garbage collector is as it was (on or
+    off): a collection inside sys._current_frames can deadlock CPython 3.11."""
+    import gc
+    import threading
+
+    from chaoslight._runtime._frames import current_frames
+
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            frames = current_frames()
+            assert threading.get_ident() in frames
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -7,9 +7,12 @@ budget's OOM report name the user's line the same way.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 import os
+import sys
 import sysconfig
+import threading
 from types import FrameType
 
 LIBRARIES = (
@@ -78,3 +81,22 @@ def runs_program_code(frame: FrameType | None) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+_FRAMES_LOCK = threading.Lock()
+
+
+def current_frames() -> dict[int, FrameType]:
+    """``sys._current_frames()`` with the garbage collector held off. CPython 3.11 builds
+    its dict while holding the interpreter's thread-list lock; a collection that starts
+    on that allocation may free a ``threading.local``, whose cleanup takes the same lock,
+    and the process deadlocks for good (seen in a test run: ``_PyThread_CurrentFrames`` →
+    ``gc_collect_main`` → lock). One caller at a time, so each puts back what it found."""
+    with _FRAMES_LOCK:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return sys._current_frames()
+        finally:
+            if enabled:
+                gc.enable()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import faulthandler
 import linecache
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._runtime._context import current_rank
-from chaoslight._runtime._frames import user_frame
+from chaoslight._runtime._frames import current_frames, user_frame
 from chaoslight._runtime._inject import active
 from chaoslight._schedule import SITES
 from chaoslight._schedule._clip import clip
@@ -143,7 +142,7 @@ def snapshot(thread_id: int | None = None, since: float | None = None) -> Positi
     )
     last = engine.last_activity if engine is not None else time.monotonic()
     idle = time.monotonic() - max(last, since or last)
-    innermost = sys._current_frames().get(ident or 0)
+    innermost = current_frames().get(ident or 0)
     frame = user_frame(innermost)
     inner = None
     if innermost is not None and innermost is not frame:

@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 
-from chaoslight._runtime._frames import runs_program_code
+from chaoslight._runtime._frames import current_frames, runs_program_code
 
 # How long a thread an example started may go on running the program's code after the
 # example ended (an export finishing) before the rank process is retired: past that it
@@ -32,7 +32,7 @@ def threads_now() -> set[int]:
 def program_threads(before: set[int]) -> list[threading.Thread]:
     """The threads started since ``before`` that are alive and inside the program's code.
     A library's idle thread (tqdm's monitor, an executor waiting for work) is not one."""
-    frames = sys._current_frames()
+    frames = current_frames()
     return [
         thread
         for thread in threading.enumerate()

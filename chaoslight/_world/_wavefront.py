@@ -56,7 +56,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from chaoslight._runtime._frames import is_library
+from chaoslight._runtime._frames import current_frames, is_library
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._runtime._trace import COLLECTIVE_SITES
 from chaoslight._world._sched import Reading, asleep, read_threads
@@ -137,7 +137,7 @@ class Tracker:
 
     def _look(self) -> Front | None:
         now = time.monotonic()
-        frame = sys._current_frames().get(self.main)
+        frame = current_frames().get(self.main)
         key = self._key(frame)
         if key is None:
             self.threads = {}  # not in a collective: the next window starts afresh
