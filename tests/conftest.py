@@ -97,3 +97,12 @@ def world2() -> Iterator[Any]:
 
     with World(size=2) as world:
         yield world
+
+
+@pytest.fixture(scope="session")
+def world3() -> Iterator[Any]:
+    """One 3-rank World shared by the tests that need a third rank (no spare: they crash none)."""
+    from chaoslight import World
+
+    with World(size=3, spares=0) as world:
+        yield world

@@ -217,12 +217,16 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
 
     from chaoslight import Crash
     from chaoslight._schedule._catalog import SITES
+    from chaoslight._schedule._data_faults import CHECKPOINT_EFFECTS, FLIP_BITS, FLIP_TARGETS
     from chaoslight._schedule._faults import (
         CORRUPT_VALUES,
         FAULT_KINDS,
+        FREEZE_HOWS,
         MAX_DELAY_SECONDS,
+        MAX_FREEZE_S,
         REORDER_ORDERS,
     )
+    from chaoslight._schedule._validate import MAX_COUNT
 
     exceptions = sorted(
         name
@@ -265,7 +269,27 @@ def faults(kinds: tuple[str, ...] | None = None) -> Any:
         ),
         "corrupt": st.fixed_dictionaries({"value": st.sampled_from(CORRUPT_VALUES)}),
         "crash": st.fixed_dictionaries({"signal": st.sampled_from(sorted(Crash.SIGNALS))}),
-        "preempt": st.fixed_dictionaries({"after": st.floats(0, 60, allow_nan=False)}),
+        "preempt": st.fixed_dictionaries(
+            {"after": st.floats(0, 60, allow_nan=False), "group": st.booleans()}
+        ),
+        "freeze": st.fixed_dictionaries(
+            {
+                "seconds": st.none() | st.floats(0.1, MAX_FREEZE_S, allow_nan=False),
+                "how": st.sampled_from(FREEZE_HOWS),
+            }
+        ),
+        "pg_abort": st.just({}),
+        "flip": st.fixed_dictionaries(
+            {
+                "target": st.sampled_from(FLIP_TARGETS),
+                "tensor": st.integers(0, MAX_COUNT),
+                "index": st.integers(0, MAX_COUNT),
+                "bit": st.sampled_from(FLIP_BITS),
+            }
+        ),
+        "repeat_batch": st.just({}),
+        "drop_batch": st.just({}),
+        "bad_checkpoint": st.fixed_dictionaries({"effect": st.sampled_from(CHECKPOINT_EFFECTS)}),
     }
     chosen = tuple(sorted(FAULT_KINDS)) if kinds is None else kinds
 

@@ -145,6 +145,24 @@ def test_a_delay_is_shortened_to_a_clear_step_past_its_threshold() -> None:
     assert shorten_delays(schedule, lambda s: s.faults[0].seconds >= 3) == schedule
 
 
+def test_minimising_keeps_the_restart_a_failure_needs() -> None:
+    """Dropping a redundant fault or shortening a delay keeps the schedule's restarts: a
+    failure that shows only in the restarted run still fails, and shrinks."""
+    from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
+
+    schedule = Schedule.parse(
+        "restarts 1\ndelay@lightning.training_step rank=0 step=1 seconds=3\n"
+        "crash@lightning.training_step rank=1 step=2"
+    )
+
+    def fails(candidate: Schedule) -> bool:
+        return candidate.restarts == 1 and any(f.kind == "crash" for f in candidate)
+
+    dropped = drop_redundant_faults(schedule, fails)
+    assert dropped.restarts == 1 and [f.kind for f in dropped] == ["crash"]
+    assert shorten_delays(schedule, fails).restarts == 1
+
+
 def test_progress_names_each_phase_as_the_campaign_enters_it() -> None:
     """The live display says baseline for the two empty runs, then generating, then the
     phases of a failure: never 'baseline' while faults are being tried."""

@@ -1,7 +1,7 @@
 """The corpus (examples/corpus): every correct program passes, every buggy twin does not.
 
 Each run is judged as ``chaoslight fuzz`` judges it: by its default checks and the oracle
-(``chaoslight.judge``, docs/explanation/oracle.md). One World per world size for the whole module.
+(``chaoslight.judge``, docs/explanation/oracle.md), on the session's World of each size.
 A correct program is never expected to hang, so its runs get the full 30 s progress
 timeout; a buggy twin that hangs is recognised after ``BUGGY_TIMEOUT`` seconds without
 progress (a correct run reaches a site many times a second), which keeps the module
@@ -11,7 +11,6 @@ near two minutes on two cores.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +34,10 @@ ORDERED = [entry for entry in CORPUS if entry.world_size != 2]
 WITH_SCHEDULE = [entry for entry in CORPUS if entry.schedule]
 
 
-@pytest.fixture(scope="module")
-def worlds() -> Iterator[Any]:
-    """One World per world size, started on first use and kept for the module."""
-    from chaoslight import World
-
-    started: dict[int, World] = {}
-
-    def get(size: int) -> World:
-        if size not in started:
-            started[size] = World(size=size)
-        return started[size]
-
-    try:
-        yield get
-    finally:
-        for world in started.values():
-            world.close()
+@pytest.fixture
+def worlds(request: pytest.FixtureRequest) -> Any:
+    """The session's World of each world size, started on first use."""
+    return lambda size: request.getfixturevalue(f"world{size}")
 
 
 def _run(worlds: Any, entry: Entry, function: str, schedule: str, timeout: float) -> Any:

@@ -5,7 +5,6 @@ same with 50+ examples each)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,10 @@ CI_SECONDS = 4.0  # and at most this long per correct program (the suite's budge
 SEARCHABLE = [entry for entry in CORPUS if entry.world_size == 2]
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    """One 2-rank World for the whole corpus (fresh-World replays start their own)."""
-    with World(size=2) as shared:
-        yield shared
+@pytest.fixture
+def world(world2: World) -> World:
+    """The session's 2-rank World, for the whole corpus."""
+    return world2
 
 
 def fuzz(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from conftest import ddp_target
@@ -15,12 +14,6 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT = 20.0
 target = ddp_target
-
-
-@pytest.fixture(scope="module")
-def world3() -> Iterator[World]:
-    with World(size=3, spares=0) as world:
-        yield world
 
 
 def values(outcome: chaoslight._world.Outcome) -> list[object]:

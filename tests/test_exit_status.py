@@ -225,6 +225,7 @@ def judged(world: Any, target: str, schedule: str) -> tuple[Any, Any]:
     return outcome, judge(outcome)
 
 
+@pytest.mark.slow
 def test_lightnings_exit_0_on_sigterm_is_its_known_issue_and_the_twin_passes(world2: Any) -> None:
     """A plain Lightning job preempted at step 3 exits 0 on every rank (SIGTERMException):
     failed by exit-status and set apart as Lightning#19916; exiting 143 passes."""
@@ -240,6 +241,7 @@ def test_lightnings_exit_0_on_sigterm_is_its_known_issue_and_the_twin_passes(wor
     assert not verdict_.failed, verdict_.reason
 
 
+@pytest.mark.slow
 def test_a_programs_own_graceful_stop_that_returns_is_its_bug(world2: Any) -> None:
     """The program's handler stops every rank together and fit returns: exit 0 at step 4 of
     16 is the program's finding, not Lightning's; the twin exits 143 and passes."""
@@ -250,6 +252,7 @@ def test_a_programs_own_graceful_stop_that_returns_is_its_bug(world2: Any) -> No
     assert not verdict_.failed, verdict_.reason
 
 
+@pytest.mark.slow
 def test_a_recovery_that_skips_a_step_is_not_blamed(world2: Any) -> None:
     """oom_skip's coordinated skip leaves global_step behind and trains on every batch."""
     outcome, verdict_ = judged(world2, OOM_SKIP, "oom@lightning.forward rank=1 step=1")

@@ -131,8 +131,9 @@ def test_every_kind_has_one_action_and_one_strategy() -> None:
 
 
 def test_each_kind_is_judged_as_the_oracle_documents() -> None:
-    """fault_class: delays benign; errors, OOMs, crashes and preemptions hard; dropped syncs
-    and corruptions desync; a reorder benign on every rank, desync on one; an allocation
+    """fault_class: delays benign; errors, OOMs, crashes, preemptions, freezes, aborts,
+    repeated batches and bad checkpoints hard; dropped syncs, corruptions, bit flips and
+    dropped batches desync; a reorder benign on every rank, desync on one; an allocation
     hard under a memory budget, benign without one unless it is large."""
     expected = {
         "delay@lightning.training_step": "benign",
@@ -147,6 +148,13 @@ def test_each_kind_is_judged_as_the_oracle_documents() -> None:
         "allocate@lightning.forward": "benign",
         "allocate@lightning.forward nbytes=1073741824": "hard",
         "preempt@lightning.training_step": "hard",
+        "preempt@lightning.training_step group=true": "hard",
+        "freeze@lightning.training_step rank=1": "hard",
+        "pg_abort@dist.all_reduce rank=0": "hard",
+        "flip@lightning.optimizer_step rank=0": "desync",
+        "repeat_batch@lightning.next_batch rank=0": "hard",
+        "drop_batch@lightning.next_batch rank=0": "desync",
+        "bad_checkpoint@torch.load": "hard",
     }
     judged = {text: fault_class(Schedule.parse(text).faults[0]) for text in expected}
     assert judged == expected
@@ -167,10 +175,38 @@ def test_the_derived_kind_tables_agree_with_the_traits() -> None:
         "allocate",
         "reorder",
         "corrupt",
+        "flip",
+        "repeat_batch",
+        "drop_batch",
+        "bad_checkpoint",
+        "pg_abort",
+        "freeze",
     )
-    assert DEFAULT_KINDS == ("delay", "raise", "oom", "crash", "preempt", "allocate", "reorder")
-    assert IN_PROCESS_KINDS == ("delay", "raise", "oom", "allocate")
-    assert KILLING_KINDS == ("crash", "preempt")
+    assert DEFAULT_KINDS == (
+        "delay",
+        "raise",
+        "oom",
+        "crash",
+        "preempt",
+        "allocate",
+        "reorder",
+        "flip",
+        "repeat_batch",
+        "bad_checkpoint",
+        "pg_abort",
+        "freeze",
+    )
+    # In one process: what cannot kill it, stop it, or need a peer's process group.
+    assert IN_PROCESS_KINDS == (
+        "delay",
+        "raise",
+        "oom",
+        "allocate",
+        "flip",
+        "repeat_batch",
+        "bad_checkpoint",
+    )
+    assert KILLING_KINDS == ("crash", "preempt", "freeze")
     simplicity = [cls.simplicity for cls in FAULT_KINDS.values()]
     assert len(set(simplicity)) == len(simplicity)  # one simplest-first order
     for kind, cls in FAULT_KINDS.items():
@@ -178,7 +214,9 @@ def test_the_derived_kind_tables_agree_with_the_traits() -> None:
         if cls.kills_process or cls.aborts_call:
             assert cls.severity == Severity.HARD, kind  # a correct program may fail under it
         if cls.drawn_by_default:
-            assert cls.severity != Severity.DESYNC, kind  # no correct program survives those
+            # No correct program survives a desync fault: drawn only when it changes values
+            # and never collectives (silent), so a correct program cannot hang under it.
+            assert cls.severity != Severity.DESYNC or cls.silent, kind
         if cls.needs is not None:
             assert cls.drawn_at == cls.needs, kind  # drawn only where it can fire
         assert cls.drawn_at in (None, OFF_COLLECTIVES) or any(

@@ -143,7 +143,7 @@ def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> Non
         "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY": "1",
         "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER": "1",
     }
-    clean = chaoslight(*swallowed_fuzz("train_fixed", 15), cwd=tmp_path, env=observing)
+    clean = chaoslight(*swallowed_fuzz("train_fixed", 8), cwd=tmp_path, env=observing)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     lines = [
         json.loads(line)

@@ -6,7 +6,6 @@ own preemption bug on a Lightning with a SIGTERM issue stays the program's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import lightning
@@ -64,10 +63,10 @@ def test_the_same_frames_in_the_users_own_files_are_the_users() -> None:
     assert match_known(hang("")) is None
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    with World(size=2) as shared:
-        yield shared
+@pytest.fixture
+def world(world2: World) -> World:
+    """The session's 2-rank World."""
+    return world2
 
 
 @pytest.mark.slow

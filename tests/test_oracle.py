@@ -385,3 +385,15 @@ def test_a_guarantee_that_holds_however_a_run_ends_fails_a_run_that_failed_clean
     assert verdict.failed
     assert verdict.rule == ANY_END_RULE
     assert "reports success but stopped at step 1 of 8" in verdict.reason
+
+
+def test_a_peer_released_by_an_error_before_its_preemption_acted_swallowed_nothing() -> None:
+    """Rank 0 ends by its injected error; rank 1, preempted, is released by gloo before its
+    handler's stop comes: a consequence of rank 0's end, not a swallowed notice."""
+    error = "raise@lightning.training_step rank=0 step=0 exception=ValueError"
+    events = [fired(0, error, 0), *delivered(1, PREEMPT.replace("step=0", "rank=1 step=0"))]
+    ranks = [raised(0, "ValueError", INJECTED), raised(1, "RuntimeError", GLOO, when=2.0)]
+    verdict = judge(outcome(ranks, events))
+    assert not verdict.failed, verdict.reason
+    own = [raised(0, "ValueError", INJECTED), raised(1, "RuntimeError", "bad shape", when=2.0)]
+    assert judge(outcome(own, events)).failed  # its own error after the notice: swallowed

@@ -116,37 +116,6 @@ def test_world_passes(chaos_world):
     assert chaos_world.run(TARGET, chaoslight.Schedule(), timeout=20).passed
 '''
 
-
-@pytest.mark.slow
-def test_chaos_world_fixture_reports_replay_command(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """chaos_world runs real 2-rank examples; a failure's report is short, on CI too (where
-    pytest's short summary is not truncated): the cause, the schedule, the replay command
-    and where the timeline and the whole report (every rank's traceback) were written."""
-    monkeypatch.setenv("CI", "1")
-    target = str(Path(__file__).resolve().parent.parent / "examples" / "ddp_train.py") + ":train"
-    pytester.makepyfile(test_world=WORLD_SUITE.format(target=target))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
-    result.assert_outcomes(failed=1, passed=1)
-    kept = ".chaoslight/failures/test_world.py_test_world_fails"
-    result.stdout.fnmatch_lines(
-        [
-            "*AssertionError: chaoslight World: * rank 1 raised: RuntimeError: injected*",
-            f"... * lines cut by chaoslight: the whole report is in {kept}.txt",
-            "*raise@lightning.training_step rank=1 step=1*",
-            f"timeline: {kept}.html (open it in a browser: a lane per rank)",
-            f"the whole report, with every rank's traceback: {kept}.txt",
-            f"replay: chaoslight replay {kept}.json *",
-        ]
-    )
-    assert len(result.stdout.lines) < 120, result.stdout.str()
-    whole = Path(pytester.path, f"{kept}.txt").read_text()
-    assert "rank 0: released" in whole and whole.count("Traceback (most recent call last)") >= 4
-    page = Path(pytester.path, f"{kept}.html").read_text()
-    assert page.count("class='lane'") == 2 and "span c-coll" in page  # traced: collectives
-
-
 KNOWN_SUITE = '''
 import chaoslight
 
@@ -160,18 +129,44 @@ def test_preempted(chaos_world):
 
 
 @pytest.mark.slow
-def test_a_known_issue_is_listed_once_and_fails_only_with_chaos_strict(
-    pytester: pytest.Pytester,
+def test_chaos_world_reports_replay_command_and_sets_a_known_issue_apart(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """chaos_world.judge sets Lightning's known SIGTERM issue aside, listed in the summary;
-    --chaos-strict makes it the test's failure."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "catalogue"
-    target = f"{example / 'preemption.py'}:train_buggy"
-    pytester.makepyfile(test_known=KNOWN_SUITE.format(target=target))
-    relaxed = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
-    relaxed.assert_outcomes(passed=1)
-    relaxed.stdout.fnmatch_lines(["chaoslight: known issue in *lightning 2.*", "*workaround:*"])
+    """chaos_world runs real 2-rank examples; a failure's report is short, on CI too (where
+    pytest's short summary is not truncated): the cause, the schedule, the replay command
+    and where the timeline and the whole report (every rank's traceback) were written.
+    chaos_world.judge sets Lightning's known SIGTERM issue aside, listed once in the summary;
+    --chaos-strict makes it the test's failure. (One session runs both suites: each pytest
+    run starts a World, which costs seconds.)"""
+    monkeypatch.setenv("CI", "1")
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    target = f"{examples / 'ddp_train.py'}:train"
+    preempted = f"{examples / 'catalogue' / 'preemption.py'}:train_buggy"
+    pytester.makepyfile(
+        test_world=WORLD_SUITE.format(target=target),
+        test_known=KNOWN_SUITE.format(target=preempted),
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "ignore")
+    result.assert_outcomes(failed=1, passed=2)
+    kept = ".chaoslight/failures/test_world.py_test_world_fails"
+    result.stdout.fnmatch_lines(
+        [
+            "*AssertionError: chaoslight World: * rank 1 raised: RuntimeError: injected*",
+            f"... * lines cut by chaoslight: the whole report is in {kept}.txt",
+            "*raise@lightning.training_step rank=1 step=1*",
+            f"timeline: {kept}.html (open it in a browser: a lane per rank)",
+            f"the whole report, with every rank's traceback: {kept}.txt",
+            f"replay: chaoslight replay {kept}.json *",
+        ]
+    )
+    result.stdout.fnmatch_lines(["chaoslight: known issue in *lightning 2.*", "*workaround:*"])
+    assert result.stdout.str().count("chaoslight: known issue in") == 1, result.stdout.str()
+    assert len(result.stdout.lines) < 120, result.stdout.str()
+    whole = Path(pytester.path, f"{kept}.txt").read_text()
+    assert "rank 0: released" in whole and whole.count("Traceback (most recent call last)") >= 4
+    page = Path(pytester.path, f"{kept}.html").read_text()
+    assert page.count("class='lane'") == 2 and "span c-coll" in page  # traced: collectives
     strict = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "-W", "ignore", "--chaos-strict"
+        "-p", "no:cacheprovider", "-W", "ignore", "--chaos-strict", "test_known.py"
     )
     strict.assert_outcomes(failed=1)

@@ -134,13 +134,10 @@ def test_checks_that_rerun_the_example_rerun_its_restarts_too(world2: Any) -> No
     assert not judge(outcome).failed
 
 
-@pytest.fixture(scope="module")
-def world() -> Any:
-    """One 2-rank World for this module's campaigns."""
-    from chaoslight import World
-
-    with World(size=2) as shared:
-        yield shared
+@pytest.fixture
+def world(world2: Any) -> Any:
+    """The session's 2-rank World, for this module's campaigns."""
+    return world2
 
 
 def _fuzz(target: str, world: Any, examples: int = 4, seconds: float = 40) -> Any:

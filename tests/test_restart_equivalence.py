@@ -324,3 +324,22 @@ def test_the_default_search_with_the_check_finds_the_warm_up_counter(world2: Any
     )
     assert buggy.status == "failed" and buggy.schedule.restarts == 1, buggy.verdict
     assert "learning rate of group 0" in buggy.verdict.reason
+
+
+def test_a_plain_list_dataset_holds_no_private_generator() -> None:
+    """A list is a valid map-style dataset: looking for generators in it is no error."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from chaoslight._checks._restart_facts import private_generators
+
+    loader = DataLoader([torch.zeros(2), torch.ones(2)], batch_size=1)
+    assert private_generators(torch.nn.Linear(2, 1), [loader]) is False
+
+    class Holder(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        """A dataset with its own generator: its draws restart from the seed."""
+
+        def __init__(self) -> None:
+            self.rng = torch.Generator()
+
+    assert private_generators(torch.nn.Linear(2, 1), [DataLoader(Holder())]) is True

@@ -9,7 +9,6 @@ expected to fail, strictly, so the fix that makes it pass also updates the list.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,10 @@ pytestmark = pytest.mark.slow
 TIMEOUT = 30.0
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[Any]:
-    """One 2-rank World shared by every shape of the module."""
-    with chaoslight.World(size=2) as started:
-        yield started
+@pytest.fixture
+def world(world2: Any) -> Any:
+    """The session's 2-rank World, shared by every shape of the module."""
+    return world2
 
 
 def _param(name: str) -> Any:

@@ -45,8 +45,10 @@ def test_generated_schedules_are_valid_and_round_trip(schedule: Schedule) -> Non
 @FAST
 @given(schedule=schedules(world_size=3))
 def test_default_search_draws_only_faults_of_production(schedule: Schedule) -> None:
-    """By default no dropped sync, no corruption, and reorders only on every rank at once."""
+    """By default no dropped sync, no corruption, no dropped batch, and reorders only on
+    every rank at once: the faults a production job meets."""
     production = {"delay", "raise", "oom", "crash", "preempt", "allocate", "reorder"}
+    production |= {"freeze", "pg_abort", "flip", "repeat_batch", "bad_checkpoint"}
     assert {f.kind for f in schedule} <= production
     assert all(f.rank is None for f in schedule if f.kind == "reorder")
 

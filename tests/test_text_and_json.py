@@ -37,7 +37,14 @@ ONE_OF_EACH = Schedule(
         Corrupt(site="lightning.next_batch", value="-inf", step=0),
         Crash(site="lightning.backward", rank=3, step=7, signal=15),
         chaoslight.Preempt(site="lightning.training_step", rank=1, step=2, after=0.3),
+        chaoslight.Freeze(site="lightning.training_step", rank=1, step=2, seconds=None),
+        chaoslight.PgAbort(site="dist.all_reduce", rank=0, step=1),
+        chaoslight.Flip(site="lightning.optimizer_step", rank=1, step=3, target="grad"),
+        chaoslight.RepeatBatch(site="lightning.next_batch", rank=0, step=2),
+        chaoslight.DropBatch(site="lightning.next_batch", rank=1, step=4),
+        chaoslight.BadCheckpoint(site="torch.load", effect="missing", run=2),
     ],
+    restarts=1,
     memory_budget=MemoryBudget(limit_bytes=2**31, min_tracked_bytes=4096),
 )
 

@@ -322,12 +322,10 @@ def test_a_collective_still_worked_by_gloo_is_not_blocking(gloo_group: object) -
 
 
 # -- real ranks ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    """One 2-rank World shared by this module's tests."""
-    with World(size=2) as pool:
-        pool.start(timeout=TIMEOUT)
-        yield pool
+@pytest.fixture
+def world(world2: World) -> World:
+    """The session's 2-rank World (a World's start costs seconds: one for the suite)."""
+    return world2
 
 
 def numbers(text: str, site: str) -> list[int]:

@@ -9,7 +9,6 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ import pytest
 import chaoslight
 from chaoslight import ChaosError, Event, InvalidArgument, Outcome, World
 from chaoslight._report._outcome import overall, settle
+from chaoslight._report._text import death_line
 from chaoslight._world import ExceptionInfo, RankResult
-from chaoslight._world._example import crash_line
 from chaoslight._world._slot import Slot, WorkersDidNotStart, worker_environment
 from chaoslight._world._target import parse_target
 
@@ -84,12 +83,10 @@ def children() -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    """One 2-rank World shared by this module's tests (started once: ~5 s)."""
-    with World(size=2) as pool:
-        pool.start(timeout=TIMEOUT)
-        yield pool
+@pytest.fixture
+def world(world2: World) -> World:
+    """The session's 2-rank World (a World's start costs seconds: one for the suite)."""
+    return world2
 
 
 # -- without processes ---------------------------------------------------------------------
@@ -162,13 +159,13 @@ def test_crash_line_names_signal_fault_and_fatal_message() -> None:
         0.0,
         "crash@lightning.training_step rank=1 step=1",
     )
-    line = crash_line(1, -9, "", [fired])
+    line = death_line(1, -9, "", [fired])
     assert line == (
-        "rank 1 crashed: killed by SIGKILL after crash@lightning.training_step "
+        "rank 1 died of SIGKILL (signal 9): the injected crash@lightning.training_step "
         "rank=1 step=1 fired at step 1"
     )
     output = "noise\n  what():  Is there a distributed collective mismatch\n"
-    aborted = crash_line(0, -6, output, [])
+    aborted = death_line(0, -6, output, [])
     assert "SIGABRT" in aborted and "collective mismatch" in aborted
 
 
@@ -295,7 +292,7 @@ def test_killed_rank_is_crashed_and_the_other_released(world: World) -> None:
     outcome = world.run(EXAMPLE, crash_rank_1(), timeout=30)
     assert outcome.status == "crashed", outcome.report()
     assert outcome.ranks[1].status == "crashed" and outcome.ranks[1].signal == signal.SIGKILL
-    assert outcome.evidence[1].startswith("rank 1 crashed: killed by SIGKILL after crash@")
+    assert outcome.evidence[1].startswith("rank 1 died of SIGKILL (signal 9): the injected crash@")
     assert outcome.ranks[0].status == "released"
     assert outcome.wall_s < 30 / 2  # released, not timed out
     assert [(e.kind, e.rank) for e in outcome.events] == [("fired", 1)]

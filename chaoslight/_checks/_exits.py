@@ -226,7 +226,8 @@ def _struck(run: Evidence) -> Struck | None:
     notices = sigterm_deliveries(run.events)
     if notices:
         first = notices[0]
-        return Struck(f"a preemption (SIGTERM to rank {first.rank} at step {first.step})", True)
+        to = f"rank {first.rank}" + (" and its process group" if _to_group(first.fault) else "")
+        return Struck(f"a preemption (SIGTERM to {to} at step {first.step})", True)
     budget = getattr(run.schedule, "memory_budget", None)
     for event in run.events:
         if event.kind != FIRED:
@@ -241,6 +242,14 @@ def _struck(run: Evidence) -> Struck | None:
                 f"the injected {event.fault} (rank {event.rank}, step {event.step})", False
             )
     return None
+
+
+def _to_group(fault_text: str) -> bool:
+    """Whether the notice written ``fault_text`` went to its rank's whole process group."""
+    try:
+        return fault_from_text(fault_text).params().get("group") is True
+    except InvalidSchedule:
+        return False
 
 
 def _first_unreached(

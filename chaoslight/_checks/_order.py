@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
-from chaoslight._checks._shards import _tensors, row_hashes, train_loaders
+from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
 MIN_DISTINCT_BATCHES = 10  # 10! > 3.6e6: a correct shuffle repeats an order by chance
 # The DistributedSampler's state that decides its permutation, and must agree across ranks.
@@ -208,6 +208,8 @@ class DataOrder(Check):
                 pipelines[fit][epoch].setdefault(event.rank, facts)
             else:
                 batches[fit][epoch].setdefault(event.rank, list(facts["batches"]))
+        if data_altered(evidence):
+            batches.clear()  # a fault repeated or lost a batch: the streams are its doing
         for fit in sorted(set(pipelines) | set(batches)):
             found = self._fit(pipelines[fit], batches[fit])
             if found is not None:

@@ -107,7 +107,9 @@ def private_generators(module: Any, loaders: list[Any]) -> bool:
                 break
             holders.append(dataset)
             dataset = getattr(dataset, "dataset", None)
-    return any(isinstance(value, kinds) for holder in holders for value in vars(holder).values())
+    # A plain list or tuple is a valid map-style dataset and has no ``__dict__``.
+    fields = (getattr(holder, "__dict__", {}).values() for holder in holders)
+    return any(isinstance(value, kinds) for values in fields for value in values)
 
 
 def order_fixed(loader: Any) -> bool:

@@ -17,8 +17,27 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import quietly
+from chaoslight._runtime._events import FIRED
+from chaoslight._schedule import InvalidSchedule, fault_from_text
 
 Epoch = tuple[int, int]  # (fit, epoch): the fits of one process count from 0
+
+
+def data_altered(evidence: Evidence) -> list[str]:
+    """The faults that fired in the run and changed which samples a rank read (a batch
+    read twice, or lost: a kind's ``alters_data``), as text: what a rank's stream holds
+    is then the fault's doing, and the data checks do not judge it by content or count."""
+    altered = []
+    for event in evidence.events:
+        if event.kind != FIRED:
+            continue
+        try:
+            fault = fault_from_text(event.fault)
+        except InvalidSchedule:
+            continue  # another chaoslight version's log: judged without it
+        if fault.alters_data:
+            altered.append(event.fault)
+    return altered
 
 
 def row_hashes(batch: Any, cache: dict[Any, Any] | None = None) -> list[int]:
@@ -94,7 +113,9 @@ class DisjointShards(Check):
     data proves nothing, and false alarms are worse than misses. Epochs are told apart by
     fit too (two fits in one process each have an epoch 0), and batch counts are compared
     only over epochs every rank finished: a run a fault or a hang cut short leaves its
-    last epoch unequal, and that is not a sharding bug.
+    last epoch unequal, and that is not a sharding bug. In a run where a fault repeated or
+    lost a batch (``repeat_batch``, ``drop_batch``) only the samplers are judged: the
+    stream's content and count are the fault's.
     """
 
     name = "disjoint-shards"
@@ -149,17 +170,20 @@ class DisjointShards(Check):
         epochs: dict[Epoch, _EpochSeen] = defaultdict(_EpochSeen)
         for event, facts in evidence.observations(self.name):
             epochs[(int(facts.get("fit", 0)), int(facts["epoch"]))].add(event, facts)
+        # A batch read twice or lost by a fault: the samplers still decide, content and
+        # counts no longer say anything of the program.
+        by_samplers_only = bool(data_altered(evidence))
         for (_, epoch), seen in sorted(epochs.items()):
-            violation = self._epoch(epoch, seen)
+            violation = self._epoch(epoch, seen, by_samplers_only)
             if violation is not None:
                 return [violation]
         return []
 
-    def _epoch(self, epoch: int, seen: _EpochSeen) -> Violation | None:
+    def _epoch(self, epoch: int, seen: _EpochSeen, by_samplers_only: bool) -> Violation | None:
         ranks = sorted(seen.rows)
         if len(ranks) < 2:
             return None
-        if seen.finished_by_all():
+        if seen.finished_by_all() and not by_samplers_only:
             counts = {rank: seen.batches[rank] for rank in ranks}
             if len(set(counts.values())) > 1:
                 low, high = min(counts, key=counts.get), max(counts, key=counts.get)  # type: ignore[arg-type]
@@ -175,7 +199,7 @@ class DisjointShards(Check):
             return None
         if isinstance(sharded, str):
             return Violation(self.name, f"in epoch {epoch} {sharded}", cause=self.sampler_cause)
-        return self._by_content(epoch, seen.rows)
+        return None if by_samplers_only else self._by_content(epoch, seen.rows)
 
     def _by_content(
         self, epoch: int, rows: dict[int, list[tuple[int | None, int]]]

@@ -1,4 +1,5 @@
-"""The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz``, ``check``, ``replay``.
+"""The ``chaoslight`` command: ``sites``, ``faults``, ``run``, ``fuzz``, ``check``, ``replay``,
+``soak``.
 
 Usage errors (bad flags, an unreadable or invalid schedule, an argument out of range)
 print one line and exit 2, never a traceback. When the World's rank processes cannot
@@ -14,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from chaoslight._cli import _catalogue, _check, _fuzz, _replay, _run
+from chaoslight._cli import _catalogue, _check, _fuzz, _replay, _run, _soak
 from chaoslight._cli._arguments import check_arguments
 from chaoslight._cli._usage import (
     ENVIRONMENT_STATUS,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     _fuzz.add_command(commands)
     _check.add_command(commands)
     _replay.add_command(commands)
+    _soak.add_command(commands)
     return parser
 
 
@@ -55,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay.main(args)
         if args.command == "check":
             return _check.main(args)
+        if args.command == "soak":
+            return _soak.soak_command(args)
         return _run.run_command(args)
     except UsageError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)

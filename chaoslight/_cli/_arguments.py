@@ -23,6 +23,7 @@ from chaoslight._schedule._validate import (
 from chaoslight._search import DEFAULT_CHECKS, Settings
 from chaoslight._search._database import check_database, is_url
 from chaoslight._search._settings import DEFAULT_TIMEOUT_S, NUMBER_CHECKS, SETTINGS
+from chaoslight._search._soak import check_soak_seconds
 
 # Argument name -> its check; an argument a command does not have, or left at None, is skipped.
 # A search's numbers are checked as ``Settings`` checks them, named as the flag is spelt.
@@ -35,6 +36,9 @@ ARGUMENT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "out": check_output_file,
     "emit_test": check_output_file,
     "html": check_output_file,
+    "mtbf": check_soak_seconds,
+    "duration": check_soak_seconds,
+    "replay": lambda name, value: read_text_file("--replay soak file", value),
 }
 
 

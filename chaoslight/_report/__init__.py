@@ -23,7 +23,7 @@ from chaoslight._report._status import (
     Status,
 )
 from chaoslight._report._terminal import html_beside, show_cause_traceback, show_timeline
-from chaoslight._report._text import cause_first, signal_name
+from chaoslight._report._text import cause_first, death_line, signal_name
 from chaoslight._report._timeline_html import HTML_MARKER
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "RankResult",
     "Status",
     "cause_first",
+    "death_line",
     "html_beside",
     "known_issue_block",
     "overall",

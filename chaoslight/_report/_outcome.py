@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from chaoslight._report._culprit import Culprit, find_culprit
 from chaoslight._report._records import RankResult
 from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED, Status
 from chaoslight._report._text import cause_first, describe, rank_end, report, summary
@@ -37,6 +38,13 @@ class Outcome:
     @property
     def passed(self) -> bool:
         return self.status == PASSED
+
+    @property
+    def culprit(self) -> Culprit | None:
+        """What the report names first, as data (``_report/_culprit.py``): the rank, the
+        site and step of the injected fault it names, and the kind of cause. None when
+        every rank passed."""
+        return find_culprit(self.ranks, self.events, self.schedule)
 
     @property
     def evidence(self) -> dict[int, str]:

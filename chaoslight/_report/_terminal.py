@@ -9,9 +9,9 @@ import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chaoslight._report._culprit import ordered_by_cause
 from chaoslight._report._outcome import Outcome
 from chaoslight._report._status import FAILED, PASSED
-from chaoslight._report._text import ordered_by_cause
 
 if TYPE_CHECKING:  # rich is imported by the CLI that prints, not by `import chaoslight`
     from rich.console import Console
@@ -52,9 +52,11 @@ def show_timeline(
 
 
 def show_cause_traceback(console: Console, outcome: Outcome) -> None:
-    """The traceback of the first rank that raised by itself (not released by a peer),
-    its library frames hidden but the innermost, which says where it was raised."""
-    for result in ordered_by_cause(outcome.ranks):
+    """The traceback of the first rank that raised by itself (not released by a peer), the
+    culprit's when it raised (``Outcome.culprit``), its library frames hidden but the
+    innermost, which says where it was raised."""
+    culprit = outcome.culprit
+    for result in ordered_by_cause(outcome.ranks, culprit.rank if culprit else None):
         if result.status == FAILED and result.exception and result.exception.traceback:
             lines, hidden = user_frames(result.exception.traceback)
             frames = f"{hidden} frame{'s' if hidden != 1 else ''}"

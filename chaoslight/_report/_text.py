@@ -6,13 +6,16 @@ from __future__ import annotations
 import signal
 from typing import Any, Protocol
 
+from chaoslight._report._culprit import find_culprit, ordered_by_cause
 from chaoslight._report._records import RankResult
 from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED
 from chaoslight._report._timeline import RankEnd
-from chaoslight._runtime._events import Event
+from chaoslight._runtime._events import FIRED, Event
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._trace import SPAN_KINDS
 from chaoslight._schedule._clip import clip
+from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._schedule._textform import fault_from_text
 
 
 class ExampleRecord(Protocol):
@@ -57,31 +60,27 @@ def report(outcome: ExampleRecord) -> str:
     return "\n".join(out)
 
 
-def ordered_by_cause(ranks: tuple[RankResult, ...]) -> list[RankResult]:
-    """Causes first (ranks that failed or crashed, earliest first; then hung ranks, those
-    hung in a collective of the program's own first), then consequences (ranks released
-    by a peer), then ranks that passed. A hung rank's end is when it was killed, which
-    says nothing of the cause."""
-    groups: dict[str, int] = {FAILED: 0, CRASHED: 0, HUNG: 1, RELEASED: 2}
-
-    def key(result: RankResult) -> tuple[int, int, float, int]:
-        group = groups.get(result.status, 3)
-        when = result.ended_s if result.ended_s is not None else float("inf")
-        if result.status == HUNG:
-            return (group, 0 if result.in_own_collective else 1, 0.0, result.rank)
-        return (group, 0, when, result.rank)
-
-    return sorted(ranks, key=key)
-
-
 def cause_first(outcome: ExampleRecord, skip_rank: int | None = None) -> str:
-    """One line: the first rank that failed and why, then consequences, marked as such."""
+    """One line: the culprit first (``_culprit``: the rank an injected fault that can
+    fail a job fired on, with its site and step, even when that rank returned), then the
+    other ranks that failed, consequences marked as such."""
+    culprit = find_culprit(outcome.ranks, outcome.events, getattr(outcome, "schedule", None))
+    first = culprit.rank if culprit is not None else None
     parts = []
-    for result in ordered_by_cause(outcome.ranks):
-        if result.status == PASSED or result.rank == skip_rank:
+    for result in ordered_by_cause(outcome.ranks, first):
+        if result.rank == skip_rank or (result.status == PASSED and result.rank != first):
             continue
         line = result.evidence or describe(result)
-        parts.append(f"consequence: {line}" if result.status == RELEASED else line)
+        injected = culprit is not None and result.rank == first and bool(culprit.fault)
+        if injected and culprit is not None and culprit.fault not in line:
+            # Where and when it struck, in the culprit's first clause: a hung rank's
+            # evidence goes on about its peers' positions.
+            if "; " in line:
+                parts.append(f"rank {first}: {culprit.line()}")
+            else:
+                line += f" ({culprit.line()})"
+        consequence = result.status == RELEASED and not injected
+        parts.append(f"consequence: {line}" if consequence else line)
     return "; ".join(parts)
 
 
@@ -114,16 +113,58 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def signal_words(number: int) -> str:
+    """``SIGSEGV (signal 11)``: the name a reader knows and the number a launcher prints."""
+    name = signal_name(number)
+    return name if name.startswith("signal ") else f"{name} (signal {number})"
+
+
+# What a dying process prints that says why: gloo's C++ abort, Python's fatal error.
+FATAL_MARKERS = ("what():", "Fatal Python error")
+
+
+def death_line(rank: int, code: int | None, output: str, events: list[Event]) -> str:
+    """How a rank that died reads, cause first: ``rank 1 died of SIGSEGV (signal 11): the
+    injected crash@... fired at step 3`` when the fault that fired last on it ends its
+    process by that signal; else what fired before the death, and the fatal message it
+    printed (gloo's ``what():``, Python's fatal error). ``code`` is the process's return
+    code: -N for signal N."""
+    if code is None:
+        text = f"rank {rank} died"
+    elif code < 0:
+        text = f"rank {rank} died of {signal_words(-code)}"
+    else:
+        text = f"rank {rank} crashed: exited with code {code}"
+    fired = [e for e in events if e.rank == rank and e.kind == FIRED]
+    if fired:
+        last = fired[-1]
+        step = "" if last.step is None else f" at step {last.step}"
+        killer = _kills_with(last.fault)
+        if code is not None and killer is not None and killer == -code:
+            text += f": the injected {last.fault} fired{step}"
+        else:
+            text += f" after {last.fault} fired{step}"
+    for marker in FATAL_MARKERS:
+        hits = [line.strip() for line in output.splitlines() if marker in line]
+        if hits:
+            return text + f"; its output says: {hits[-1][:240]}"
+    return text
+
+
+def _kills_with(fault_text: str) -> int | None:
+    """The signal the fault written ``fault_text`` ends its process with, if any."""
+    try:
+        return fault_from_text(fault_text).kills_with()
+    except InvalidSchedule:
+        return None  # a log from another chaoslight version: say only what fired
+
+
 def describe(result: RankResult) -> str:
     """The default evidence line for a rank that did not hang."""
     if result.status == PASSED:
         return f"rank {result.rank} returned {result.value_repr or 'None'}"[:200]
     if result.status == CRASHED:
-        how = (
-            f"killed by {signal_name(result.signal)}"
-            if result.signal
-            else f"exited with code {result.exitcode}"
-        )
-        return f"rank {result.rank} crashed: {how}"
+        code = -result.signal if result.signal else result.exitcode
+        return death_line(result.rank, code, result.output or "", [])
     verb = "was released" if result.status == RELEASED else "raised"
     return f"rank {result.rank} {verb}: {clip(str(result.exception), 200, one_line=True)}"

@@ -18,8 +18,16 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
+from chaoslight._runtime._data_actions import (
+    apply_bad_checkpoint,
+    apply_drop_batch,
+    apply_flip,
+    apply_repeat_batch,
+)
 from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
+from chaoslight._runtime._halt import abort_group, freeze
+from chaoslight._runtime._hard_crash import die_of
 from chaoslight._runtime._memory import MemoryLedger, simulated_oom
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
@@ -28,14 +36,20 @@ from chaoslight._runtime._threads import InternalCalls, PerThread, SiteEntry
 from chaoslight._schedule._faults import (
     OOM,
     Allocate,
+    BadCheckpoint,
     Corrupt,
     Crash,
     Delay,
+    DropBatch,
     DropSync,
     Fault,
+    Flip,
+    Freeze,
+    PgAbort,
     Preempt,
     Raise,
     ReorderReduction,
+    RepeatBatch,
 )
 from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
@@ -58,6 +72,8 @@ class Firing:
     reorder: str | None = None
     skip: bool = False
     poison: list[float] = field(default_factory=list)
+    # Wrappers of the call (outermost last): a fetch that reads twice, a damaged load.
+    around: list[Callable[[Any], Any]] = field(default_factory=list)
 
 
 class Engine:
@@ -83,7 +99,8 @@ class Engine:
         self._lock = threading.RLock()
         self.by_site: dict[str, list[tuple[int, Fault]]] = {}
         for index, fault in enumerate(schedule.faults):
-            self.by_site.setdefault(fault.site, []).append((index, fault))
+            if fault.fires_in(1):  # one process is one run; a World unbinds a later run's
+                self.by_site.setdefault(fault.site, []).append((index, fault))
         # Sites whose faults count calls within a step (nth with a step).
         self.counts_in_step = {f.site for f in schedule if f.nth is not None and f.step is not None}
         # Names a schedule (a file: data) gives resolve without importing anything new.
@@ -251,6 +268,8 @@ class Engine:
         behaviour: Behaviour,
     ) -> Any:
         """The wrapped call as the faults leave it: skipped, reordered, or poisoned after."""
+        for wrap in firing.around:
+            wrapped = wrap(wrapped)
         if firing.skip and behaviour.skip is not None:
             with self.internal():
                 return behaviour.skip(args, kwargs)
@@ -376,15 +395,20 @@ def _apply_crash(engine: Engine, fault: Crash, firing: Firing) -> None:
     __tracebackhide__ = True
     # Every event is already flushed to the kernel; the log stays open, so a rank that
     # survives the signal (a SIGTERM handler) keeps recording.
-    try:
-        os.kill(os.getpid(), fault.signal)
-    except BaseException as raised:  # what a handler of our signal raised, at once
-        mark(raised)
-        raise
+    die_of(fault.signal)
 
 
 def _apply_preempt(engine: Engine, fault: Preempt, firing: Firing) -> None:
     engine.notices.deliver(fault, firing.rank, firing.step)
+
+
+def _apply_freeze(engine: Engine, fault: Freeze, firing: Firing) -> None:
+    freeze(fault.seconds, fault.how)
+
+
+def _apply_pg_abort(engine: Engine, fault: PgAbort, firing: Firing) -> None:
+    __tracebackhide__ = True
+    raise abort_group(str(fault))
 
 
 ACTIONS: dict[type[Fault], Action] = {
@@ -397,4 +421,10 @@ ACTIONS: dict[type[Fault], Action] = {
     Corrupt: _apply_corrupt,
     Crash: _apply_crash,
     Preempt: _apply_preempt,
+    Flip: apply_flip,
+    RepeatBatch: apply_repeat_batch,
+    DropBatch: apply_drop_batch,
+    BadCheckpoint: apply_bad_checkpoint,
+    Freeze: _apply_freeze,
+    PgAbort: _apply_pg_abort,
 }

@@ -1,4 +1,5 @@
-"""Notes an engine leaves in the event log when it closes: faults that never fired."""
+"""Notes an engine leaves in the event log when it closes: faults that never fired, and
+why (where their site ran instead, or that they are bound to a later run)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ def note_never_fired(engine: Any) -> None:
     rank = current_rank(engine.environment_rank)
     for index, fault in enumerate(engine.schedule.faults):
         if engine.fired[index] or fault.rank not in (None, rank):
+            continue
+        if not fault.fires_in(1):
+            where = (
+                f"run={fault.run} binds it to run {fault.run} of a schedule with restarts; "
+                "inject() and chaoslight run make one run, run 1 (a World runs the restarts)"
+            )
+            engine.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
             continue
         steps = engine.steps_seen.get(fault.site)
         where = (

@@ -1,9 +1,11 @@
 """Preemption notices: SIGTERM delivered to a rank that is expected to go on running.
 
 A ``Preempt`` fault sends SIGTERM to its own process, at the trigger or ``after``
-seconds later from a timer thread. What happens next is the program's business: its
-handler, Lightning's, or the default action that ends the process. Each delivery is
-recorded with **who handled it** (the oracle needs it: a hang after Lightning's handler
+seconds later from a timer thread; with ``group=True`` to its whole process group, as
+SLURM does (``_group``: its DataLoader workers get it too). What happens next is the
+program's business: its handler, Lightning's, or the default action that ends the
+process. Each delivery is recorded with **who handled it** (the oracle needs it: a hang
+after Lightning's handler
 ran is Lightning's known issue, after the program's own handler it is the program's),
 and when the rank ends, the last training step it ran (every rank of a correct program
 stops at the same one).
@@ -21,6 +23,7 @@ from typing import Any
 
 from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._events import NOTE, Event, Record
+from chaoslight._runtime._group import group_targets, send_from_outside
 from chaoslight._schedule._faults import Preempt
 
 # Detail prefixes the oracle reads back from the event log.
@@ -103,16 +106,21 @@ class Notices:
             if not self._open:
                 return
             owner = handler_owner(signal.getsignal(signal.SIGTERM))
+            targets = group_targets() if fault.group else None
+            scope = f" {targets.words}" if targets is not None else ""
             self._record(
                 NOTE,
                 fault.site,
                 rank,
                 step,
                 str(fault),
-                detail=f"{DELIVERED} to rank {rank} at step {step}; handled by {owner}",
+                detail=f"{DELIVERED} to rank {rank}{scope} at step {step}; handled by {owner}",
             )
             try:
-                os.kill(os.getpid(), signal.SIGTERM)
+                if targets is None:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    send_from_outside(targets)
             except BaseException as raised:
                 # A handler written in C (``signal.default_int_handler``) raises here, in our
                 # frame: the notice's consequence, not an error of chaoslight's.

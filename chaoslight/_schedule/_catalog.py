@@ -13,6 +13,8 @@ from dataclasses import dataclass
 SYNC = "sync"  # the wrapped call synchronises ranks or devices: DropSync may skip it
 REDUCTION = "reduction"  # the wrapped call sums across ranks: ReorderReduction applies
 RESULT = "result"  # the wrapped call returns tensors: Corrupt may poison them
+BATCHES = "batches"  # the wrapped call reads the next batch: a data fault repeats or drops it
+LOAD = "load"  # the wrapped call reads a checkpoint: a load fault hands it a damaged file
 
 
 @dataclass(frozen=True)
@@ -118,11 +120,15 @@ def _build() -> dict[str, SiteInfo]:
         ),
         SiteInfo("lightning.optimizer_step", "the LightningModule's optimizer_step hook"),
         SiteInfo("lightning.save_checkpoint", "the strategy writing a checkpoint"),
-        SiteInfo("lightning.load_checkpoint", "the strategy reading a checkpoint to resume"),
+        SiteInfo(
+            "lightning.load_checkpoint",
+            "the strategy reading a checkpoint to resume",
+            frozenset({LOAD}),
+        ),
         SiteInfo(
             "lightning.next_batch",
             "fetching the next batch from the dataloader (train, validation, test, predict)",
-            frozenset({RESULT}),
+            frozenset({RESULT, BATCHES}),
         ),
     ]
     for hook in LIGHTNING_HOOKS:
@@ -147,7 +153,7 @@ def _build() -> dict[str, SiteInfo]:
             "torch.save: a Raise or Crash here leaves a half-written file, put back when "
             "the run ends",
         ),
-        SiteInfo("torch.load", "torch.load", frozenset({RESULT})),
+        SiteInfo("torch.load", "torch.load", frozenset({RESULT, LOAD})),
     ]
     return {site.name: site for site in sites}
 

@@ -1,6 +1,7 @@
 """Writing a fault's one-line text form (reading it back is ``_textform``'s job).
 
     oom@lightning.training_step rank=1 step=3
+    raise@lightning.load_checkpoint rank=1 run=2
 
 Values are JSON, or bare words; fields at their defaults are left out.
 """
@@ -13,7 +14,13 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 BARE = re.compile(r"^[A-Za-z0-9_.:,\-]+$")
-TRIGGER_DEFAULTS: dict[str, Any] = {"rank": None, "step": None, "nth": None, "times": 1}
+TRIGGER_DEFAULTS: dict[str, Any] = {
+    "rank": None,
+    "step": None,
+    "nth": None,
+    "times": 1,
+    "run": None,
+}
 
 
 def encode_value(value: Any) -> str:

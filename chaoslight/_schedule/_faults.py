@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chaoslight._schedule._catalog import REDUCTION, RESULT, SYNC
+from chaoslight._schedule._data_faults import BadCheckpoint, DropBatch, Flip, RepeatBatch
 from chaoslight._schedule._errors import InvalidArgument, suggest
 from chaoslight._schedule._kind import (
     FAULT_KINDS,
@@ -34,26 +35,36 @@ from chaoslight._schedule._validate import (
     check_duration,
     check_int,
     check_optional_bounded_int,
+    check_seconds,
 )
 
 __all__ = [  # the kinds, their parameters' choices, and the registry they are entered in
+    "ABORTED_GROUP_MARK",
     "CORRUPT_VALUES",
     "DRAWN_ORDERS",
     "FAULT_KINDS",
+    "FREEZE_HOWS",
     "MAX_DELAY_SECONDS",
+    "MAX_FREEZE_S",
     "MAX_PREEMPT_AFTER_S",
     "OFF_COLLECTIVES",
     "OOM",
     "REORDER_ORDERS",
     "Allocate",
+    "BadCheckpoint",
     "Corrupt",
     "Crash",
     "Delay",
+    "DropBatch",
     "DropSync",
     "Fault",
+    "Flip",
+    "Freeze",
+    "PgAbort",
     "Preempt",
     "Raise",
     "ReorderReduction",
+    "RepeatBatch",
     "Severity",
     "fault_kind",
     "permutation",
@@ -297,6 +308,11 @@ class Crash(Fault):
     is a ``KeyboardInterrupt``, not a crash; chaoslight's watchdog owns SIGUSR2; 0 sends
     nothing. A Crash kills the process it fires in, so ``inject()`` refuses it unless
     given ``allow_crash=True``: run crashes in a ``chaoslight.World``.
+
+    SIGSEGV, SIGABRT and SIGBUS come as a native crash brings them (a read of address 0,
+    ``abort()``, a page mapped past the end of its file), not as a signal sent: no Python
+    handler turns them into an exception, faulthandler's dump is written where the
+    program enabled it, and no core file is left (the rank's core limit is set to 0).
     """
 
     kind: ClassVar[str] = "crash"
@@ -330,6 +346,9 @@ class Crash(Fault):
     def surfaced_in(self, error_text: str) -> bool:
         return True  # its rank died of it: whatever it printed is the crash's
 
+    def kills_with(self) -> int | None:
+        return self.signal
+
 
 MAX_PREEMPT_AFTER_S = 60.0
 
@@ -350,6 +369,11 @@ class Preempt(Fault):
     ranks as torchrun does, so a signal reaches exactly the ranks named (Lightning's own
     launcher would forward rank 0's to the others). ``inject()`` refuses it in-process
     unless given ``allow_crash=True``: a SIGTERM the program does not handle ends it.
+
+    ``group=True`` signals the rank's whole process group, as SLURM and Kubernetes do:
+    the rank *and its DataLoader workers* get the SIGTERM, sent from outside the group.
+    Where the group is not the rank's own (it holds another rank or a launcher), only the
+    rank and the processes it started are signalled, and the delivery note says so.
     """
 
     kind: ClassVar[str] = "preempt"
@@ -358,13 +382,88 @@ class Preempt(Fault):
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 5
     after: float = 0.0
+    group: bool = False
 
     def _validate(self) -> None:
         why = "a notice later than that is a different trigger: use a later step"
         after = check_duration("after", self.after, MAX_PREEMPT_AFTER_S, why)
         object.__setattr__(self, "after", after)
+        check_bool("group", self.group)
+
+    def kills_with(self) -> int | None:
+        return int(_signals.SIGTERM)
 
     def surfaced_in(self, error_text: str) -> bool:
         # Lightning's SIGTERMException, raised after the notice, or the program's own
         # exit on it (``sys.exit(143)`` once fit returns): both stop as the notice asks.
-        return "SIGTERMException" in error_text or "SystemExit" in error_text
+        # A group notice also kills the DataLoader workers: torch's loader says so.
+        stopped = "SIGTERMException" in error_text or "SystemExit" in error_text
+        return stopped or (self.group and "is killed by signal: Terminated" in error_text)
+
+
+FREEZE_HOWS = ("stop", "gil")
+MAX_FREEZE_S = 3600.0
+
+
+@fault_kind
+@dataclass(frozen=True)
+class Freeze(Fault):
+    """The rank stops making progress while alive, for ``seconds`` or for good (None).
+
+    ``how="stop"``: SIGSTOP, as a paused VM, a debugger or a thrashing host stops a
+    process; a small helper process sends SIGCONT after ``seconds`` (a stopped process
+    cannot wake itself). ``how="gil"``: the main thread sleeps in native code holding the
+    GIL, as a C extension stuck in a lock does, so no Python thread of the rank runs
+    either (its watchdog's included). Its peers go on until they wait for it: in a
+    collective, which the process group's timeout ends, or with no deadline at all (a
+    flag file polled forever): that wait is the finding. A freeze stops the process it
+    fires in, so ``inject()`` refuses it unless given ``allow_crash=True``: run freezes
+    in a ``chaoslight.World``, which kills a rank still frozen when the example ends.
+    """
+
+    kind: ClassVar[str] = "freeze"
+    kills_process: ClassVar[bool] = True  # in-process, it stops the pytest session
+    stalls: ClassVar[bool] = True
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 14
+    seconds: float | None = None
+    how: str = "stop"
+
+    def _validate(self) -> None:
+        if self.seconds is not None:  # None: for good
+            check_seconds("seconds", self.seconds, MAX_FREEZE_S)
+        check_choice("how", self.how, FREEZE_HOWS)
+
+    def surfaced_in(self, error_text: str) -> bool:
+        return True  # it raises nothing to swallow: whatever its rank ended with followed
+
+
+# In the message of the error an aborted process group raises (``_runtime/_halt.py``).
+ABORTED_GROUP_MARK = "process group aborted by chaoslight"
+
+
+@fault_kind
+@dataclass(frozen=True)
+class PgAbort(Fault):
+    """The rank's process group is aborted from under it, as ``ProcessGroupNCCL.abort()``
+    and NCCL's async error handling do: the collective it fires at raises
+    ``torch.distributed.DistBackendError``, every later collective of the rank fails, and
+    its peers get the transport error (gloo: "Connection closed by peer").
+
+    In a World the rank's gloo connections are shut down (gloo's own ``abort()`` does
+    nothing in torch 2.13); elsewhere torch's ``_abort_process_group`` ends the default
+    group. It fires at the reductions (``self.log(sync_dist=True)``, ``strategy.reduce``,
+    DDP's gradient all-reduce), never at a broadcast: Lightning swallows any error of its
+    per-batch SIGTERM broadcast, so no program could surface an abort there.
+    """
+
+    kind: ClassVar[str] = "pg_abort"
+    needs: ClassVar[str | None] = REDUCTION
+    aborts_call: ClassVar[bool] = True
+    catchable: ClassVar[bool] = True
+    needs_peers: ClassVar[bool] = True  # one process has no group to abort
+    drawn_by_default: ClassVar[bool] = True
+    simplicity: ClassVar[int] = 13
+
+    def surfaced_in(self, error_text: str) -> bool:
+        return ABORTED_GROUP_MARK in error_text

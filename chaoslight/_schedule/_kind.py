@@ -18,10 +18,12 @@ from chaoslight._schedule._encode import fault_to_text
 from chaoslight._schedule._errors import InvalidArgument, suggest
 from chaoslight._schedule._validate import (
     COUNT_WHY,
+    EVERY_RUN,
     MAX_COUNT,
     MAX_RANK,
     RANK_WHY,
     check_optional_bounded_int,
+    check_run,
 )
 from chaoslight._schedule._vocabulary import Vocabulary
 
@@ -52,6 +54,10 @@ class Fault:
     - ``nth``: fire only on the n-th call (1-based) of the site on this rank -- within
       ``step`` when a step is given, else since injection began.
     - ``times``: how many firings at most (None: every matching call).
+    - ``run``: in a schedule with restarts, the run it fires in (1 the first, 2 the first
+      restart, ...), or ``"every"`` for each run (``times`` then counts per run); None,
+      the default, fires in the first run that reaches it, ``times`` counted over all runs.
+      ``inject()`` and ``chaoslight run`` make one run: run 1.
     """
 
     kind: ClassVar[str] = ""
@@ -66,6 +72,17 @@ class Fault:
     # Its firing is a notice whose effect comes later (a preemption's SIGTERM): it counts
     # once delivered, and a run where only such faults struck may show the framework's bug.
     acts_later: ClassVar[bool] = False
+    # It changes which samples its rank reads (a batch read twice, or lost): the data
+    # checks do not judge that rank's epoch, whose repeat or gap is the fault's, not the
+    # program's.
+    alters_data: ClassVar[bool] = False
+    # It damages state and raises nothing (a flipped bit): a run that shows no trace of it
+    # in any check gets a note that it went undetected (never a failure by itself).
+    silent: ClassVar[bool] = False
+    # It stops its rank making progress while alive (a freeze): that rank swallows nothing,
+    # its own hang is the fault, and a peer that waits for it in a collective (which the
+    # process group's timeout bounds) does what every correct program does.
+    stalls: ClassVar[bool] = False
     simplicity: ClassVar[int] = 0  # its place in the simplest-first order a search shrinks to
     # The capability whose sites a search draws it at (OFF_COLLECTIVES: any site but a
     # collective; None: any site); a subclass that leaves it out is drawn where it can fire.
@@ -76,6 +93,7 @@ class Fault:
     step: int | None = field(default=None, kw_only=True)
     nth: int | None = field(default=None, kw_only=True)
     times: int | None = field(default=1, kw_only=True)
+    run: int | str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.site, str) or self.site not in SITES:
@@ -93,6 +111,7 @@ class Fault:
         check_optional_bounded_int("step", self.step, 0, MAX_COUNT, COUNT_WHY)
         check_optional_bounded_int("nth", self.nth, 1, MAX_COUNT, COUNT_WHY)
         check_optional_bounded_int("times", self.times, 1, MAX_COUNT, COUNT_WHY)
+        check_run("run", self.run)
         self._validate()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -120,9 +139,15 @@ class Fault:
         it and failed later. A kind that ends its rank by other means says False."""
         return False
 
+    def kills_with(self) -> int | None:
+        """The signal it ends its process with, when nothing handles it (a crash's, a
+        preemption's SIGTERM); None for a kind that sends none. A rank that died of that
+        signal after it fired died of the fault, not of something that came after it."""
+        return None
+
     def params(self) -> dict[str, Any]:
         """The kind's own parameters (not the trigger), as JSON-compatible values."""
-        trigger = {"site", "rank", "step", "nth", "times"}
+        trigger = {"site", "rank", "step", "nth", "times", "run"}
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in trigger}
 
     def trigger(self) -> dict[str, Any]:
@@ -132,7 +157,13 @@ class Fault:
             "step": self.step,
             "nth": self.nth,
             "times": self.times,
+            "run": self.run,
         }
+
+    def fires_in(self, run: int) -> bool:
+        """Whether it may fire in run ``run`` (1 the first) of a job: an unbound fault in
+        any run (until its ``times`` are spent), a bound one in its own run only."""
+        return self.run is None or self.run == EVERY_RUN or self.run == run
 
     def __str__(self) -> str:
         return fault_to_text(self)

@@ -23,6 +23,7 @@ from chaoslight._schedule._textform import (
 from chaoslight._schedule._validate import (
     MAX_RESTARTS,
     check_bounded_int,
+    check_runs_fit,
     parse_json,
     read_text_file,
 )
@@ -41,7 +42,9 @@ class Schedule:
     directory, after a run that did not pass (crashed, killed, preempted), as a cluster
     requeues a job; each fault fires in the first run that reaches its trigger, so
     ``crash@... step=3`` and ``crash@... step=7`` with ``restarts=2`` are two
-    crash-and-restart cycles (text form: a line ``restarts 2``).
+    crash-and-restart cycles (text form: a line ``restarts 2``). A fault's ``run`` binds
+    it to one run (``run=2``: only while the restarted job resumes) or to each run
+    (``run="every"``); a run past the last restart is refused.
     """
 
     faults: tuple[Fault, ...] = ()
@@ -71,6 +74,10 @@ class Schedule:
         object.__setattr__(
             self, "restarts", check_bounded_int("restarts", restarts, 0, MAX_RESTARTS, why)
         )
+        try:
+            check_runs_fit(items, self.restarts)
+        except InvalidArgument as exc:
+            raise InvalidSchedule(str(exc)) from None
 
     def __iter__(self) -> Iterator[Fault]:
         return iter(self.faults)

@@ -3,10 +3,12 @@
     oom@lightning.training_step rank=1 step=3
     delay@dist.all_reduce rank=0 nth=2 seconds=0.5
     raise@torch.save exception=OSError args=[28,"No space left on device"]
+    raise@lightning.load_checkpoint rank=1 run=2
     budget limit_bytes=2GiB
 
 ``KIND@SITE`` then ``key=value`` pairs; values are JSON, or bare words. Fields at
-their defaults are left out; ``rank=*`` means every rank, ``times=*`` every call.
+their defaults are left out; ``rank=*`` means every rank, ``times=*`` every call,
+``run=2`` only the second run of a schedule with restarts, ``run=every`` each run.
 Sizes accept KiB/MiB/GiB suffixes. Blank lines and ``#`` comments are skipped.
 """
 
@@ -189,6 +191,8 @@ def _budget(line: str) -> MemoryBudget:
 def fault_to_dict(fault: Fault) -> dict[str, Any]:
     doc: dict[str, Any] = {"kind": fault.kind}
     doc.update(fault.trigger())
+    if doc["run"] is None:
+        del doc["run"]  # unbound: a schedule without restarts reads as it always did
     for name, value in fault.params().items():
         doc[name] = list(value) if isinstance(value, tuple) else value
     return doc
@@ -210,7 +214,7 @@ def make_fault(kind: Any, fields_: dict[str, Any]) -> Fault:
             f"kind={kind!r} is not a fault kind{suggest(str(kind), FAULT_KINDS)}; "
             f"known: {', '.join(FAULT_KINDS)}"
         )
-    allowed = {"site", "rank", "step", "nth", "times", *cls.__dataclass_fields__}
+    allowed = {"site", "rank", "step", "nth", "times", "run", *cls.__dataclass_fields__}
     for name in fields_:
         if name not in allowed:
             raise InvalidSchedule(f"{kind} has no field {name!r}{suggest(name, allowed)}")

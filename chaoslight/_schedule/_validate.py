@@ -34,6 +34,10 @@ MAX_STEPS = 10**6
 STEPS_WHY = "faults target steps 0..steps-1 of a test's fit, which is short"
 MAX_FAULTS = 64
 MAX_RESTARTS = 3
+# A fault's ``run``: the run of a schedule with restarts it fires in (1 the first), or
+# every run; a run past the last restart can never happen.
+EVERY_RUN = "every"
+MAX_RUN = MAX_RESTARTS + 1
 FAULTS_WHY = "each fault in a schedule is one more to shrink and to read"
 # What a file may ask for (a failure file, a schedule file, CHAOSLIGHT_SCHEDULE, the
 # database): files are data, so each has a bound (docs/explanation/trust.md).
@@ -168,6 +172,30 @@ def check_tolerance(name: str, value: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise InvalidArgument(f"{name}={value!r} must be a finite number, not negative")
     return float(value)
+
+
+def check_run(name: str, value: Any) -> int | str | None:
+    """A fault's run: None (the first run that reaches it), a run number from 1 up to
+    ``MAX_RUN``, or ``EVERY_RUN`` (again in each run)."""
+    if value is None or value == EVERY_RUN:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RUN:
+        raise InvalidArgument(
+            f"{name}={value!r} must be a run number from 1 to {MAX_RUN} (run 1 is the first; "
+            f"each restart is one more), {EVERY_RUN!r} for each run, or None"
+        )
+    return value
+
+
+def check_runs_fit(faults: Iterable[Any], restarts: int) -> None:
+    """Every fault bound to a run names a run a schedule with ``restarts`` can make."""
+    for fault in faults:
+        run = getattr(fault, "run", None)
+        if isinstance(run, int) and run > restarts + 1:
+            raise InvalidArgument(
+                f"{fault}: run={run} needs restarts>={run - 1}; the schedule has "
+                f"restarts={restarts}"
+            )
 
 
 def check_ranks_fit(faults: Iterable[Any], size: int) -> None:

@@ -277,7 +277,9 @@ class Campaign:
         then shorten each delay to the smallest grid point that still fails."""
         fired = [f for f in schedule if str(f) not in first.never_fired]
         if len(fired) < len(schedule):
-            smaller = Schedule(fired, memory_budget=schedule.memory_budget)
+            smaller = Schedule(
+                fired, memory_budget=schedule.memory_budget, restarts=schedule.restarts
+            )
             if fired and self._still_fails(smaller, first):
                 schedule = smaller
         schedule = drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))

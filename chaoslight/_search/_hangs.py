@@ -65,7 +65,12 @@ def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
     """The verdict's reason for a hung run: cause first, evidence, usual cause."""
     caught, handling = _caught(outcome, fired)
     returned = _returned(outcome)
-    reason = "; ".join(part for part in (caught, returned, cause_first(outcome)) if part)
+    named: tuple[str, ...] = (caught, returned, cause_first(outcome))
+    if not caught and getattr(outcome, "culprit", None) and outcome.culprit.fault:
+        # cause_first names the rank an injected fault fired on first: before the ranks
+        # that returned around it (a rank that skipped a collective returns early).
+        named = (cause_first(outcome), returned)
+    reason = "; ".join(part for part in named if part)
     if caught and not handling:
         usual = CAUGHT_CAUSE
     elif returned:

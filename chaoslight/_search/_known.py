@@ -23,8 +23,6 @@ from typing import Any
 
 from chaoslight._checks._exits import ExitStatus, run_label
 from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, known_issue_block
-from chaoslight._runtime import FIRED
-from chaoslight._schedule import InvalidSchedule, fault_from_text
 from chaoslight._search._hangs import SIZE_MISMATCH
 from chaoslight._search._known_silent import (
     epoch_end_resume_by_steps,
@@ -32,8 +30,11 @@ from chaoslight._search._known_silent import (
     repeated_batch_after_resume,
     static_graph_first_step,
 )
+from chaoslight._search._known_workers import (
+    more_than_a_preemption,
+    workers_killed_before_stop,
+)
 from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
-from chaoslight._search._severity import BENIGN, fault_class
 
 Version = tuple[int, ...]
 
@@ -174,21 +175,6 @@ def _is_sigterm_broadcast(caller: FrameName) -> bool:
     )
 
 
-def _more_than_a_preemption(outcome: Any) -> bool:
-    """A fault other than a preemption that is not benign fired: the failure may be its."""
-    for event in outcome.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            return True  # a fault this version cannot read: do not call the run Lightning's
-        budget = getattr(outcome.schedule, "memory_budget", None)
-        if not fault.acts_later and fault_class(fault, budget) != BENIGN:
-            return True
-    return False
-
-
 def _stopped_apart(outcome: Any) -> bool:
     return len(set(stopping_steps(outcome).values())) > 1
 
@@ -198,7 +184,7 @@ def _broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
     was blocked in Lightning's SIGTERM broadcast (the handler's or the per-batch one)
     while a peer was in a different collective or had ended, or the ranks stopped at
     different steps."""
-    if not taken or _more_than_a_preemption(outcome):
+    if not taken or more_than_a_preemption(outcome):
         return False
     where = {r.rank: _blocked_in(r) for r in outcome.ranks}
     for rank, caller in where.items():
@@ -213,7 +199,7 @@ def _stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
     """Nothing but preemptions struck; a signalled rank raised Lightning's own
     SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
     stopped at another step), was released by a transport error or hung."""
-    if not taken or _more_than_a_preemption(outcome):
+    if not taken or more_than_a_preemption(outcome):
         return False
     signalled = {d.rank for d in taken}
     alone = {
@@ -236,7 +222,7 @@ def _mismatch_after_handler(outcome: Any, taken: list[Delivery]) -> bool:
     at forward start, a ``sync_dist`` reduce), and the first collective that pairs two
     different sizes is that one. No stack shows the handler's frame then: the peer dies
     in its own collective, and the signalled rank is released from its next one."""
-    if not taken or _more_than_a_preemption(outcome):
+    if not taken or more_than_a_preemption(outcome):
         return False
     return any(
         r.status == CRASHED and any(words in (r.output or "") for words in SIZE_MISMATCH)
@@ -320,6 +306,33 @@ _WORKAROUND = (
 )
 
 KNOWN_ISSUES: tuple[KnownIssue, ...] = (
+    KnownIssue(
+        key="lightning-sigterm-dataloader-workers",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "a SIGTERM to the process group (SLURM's) kills the DataLoader workers, and "
+            "torch's loader raises before Lightning's graceful stop"
+        ),
+        signature=(
+            "SIGTERM sent to a rank's process group (preempt group=true) and taken by "
+            "Lightning's handler, no hard fault but preemptions fired, and a rank it reached "
+            "failed with torch's 'DataLoader worker (pid N) is killed by signal: Terminated' "
+            "(or 'exited unexpectedly') instead of SIGTERMException"
+        ),
+        reference=(
+            "torch/utils/data/_utils/signal_handling.py (workers die of a SIGTERM their "
+            "parent did not send; the SIGCHLD handler raises); the pattern of "
+            "https://github.com/KempnerInstitute/KempnerForge/issues/177 (fixed in its PR #203)"
+        ),
+        workaround=(
+            "make the workers ignore SIGTERM: DataLoader(..., worker_init_fn=lambda _: "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)); the rank then stops on its "
+            "own terms and the loader still shuts its workers down "
+            "(examples/bugs/emergency_save_workers.py:train_fixed)"
+        ),
+        matches=workers_killed_before_stop,
+    ),
     KnownIssue(
         key="lightning-sigterm-broadcast",
         package="pytorch-lightning",

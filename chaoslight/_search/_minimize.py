@@ -27,6 +27,7 @@ def drop_redundant_faults(schedule: Schedule, fails: Callable[[Schedule], bool])
             smaller = Schedule(
                 current.faults[:index] + current.faults[index + 1 :],
                 memory_budget=current.memory_budget,
+                restarts=current.restarts,  # a failure may need its restart
             )
             if fails(smaller):
                 current, changed = smaller, True
@@ -61,4 +62,4 @@ def shorten_delays(
 
 def _with_delay(schedule: Schedule, index: int, fault: Delay) -> Schedule:
     faults = (*schedule.faults[:index], fault, *schedule.faults[index + 1 :])
-    return Schedule(faults, memory_budget=schedule.memory_budget)
+    return Schedule(faults, memory_budget=schedule.memory_budget, restarts=schedule.restarts)

@@ -31,6 +31,7 @@ from chaoslight._schedule import (
 )
 from chaoslight._search._hangs import hang_reason, mismatch_cause
 from chaoslight._search._known import match_known
+from chaoslight._search._known_workers import workers_cause
 from chaoslight._search._preemption import (
     Delivery,
     by_default_action,
@@ -44,6 +45,8 @@ from chaoslight._search._severity import (
     SEVERITY,
     fault_class,
 )
+from chaoslight._search._silent import silent_notes
+from chaoslight._search._stalls import stall_finding
 
 
 class Rule(Vocabulary):
@@ -61,6 +64,10 @@ class Rule(Vocabulary):
         " step"
     )  # judged by ``_preemption``
     INTERNAL = "an exception inside chaoslight is an internal error, not a finding"
+    STALLED = (
+        "a rank was frozen: its peers end, or wait where the process group's timeout bounds"
+        " them, never with no deadline"
+    )
     ANY_END = (
         "what must hold however a run ends (a job that tells its launcher it succeeded has"
         " finished) must hold under any fault but a desync"
@@ -225,7 +232,7 @@ def _judge_by_faults(outcome: Any) -> Verdict:
         "status": outcome.status,
         "fired": tuple(sorted((rank, str(f)) for rank, f in fired)),
         "never_fired": never_fired(outcome),
-        "notes": never_fired_notes(outcome),
+        "notes": never_fired_notes(outcome) + silent_notes(outcome, fired),
     }
     internal = internal_error(outcome)
     if internal is not None:
@@ -240,6 +247,8 @@ def _judge_by_faults(outcome: Any) -> Verdict:
     if all(f.acts_later for _, f in fired if fault_class(f, budget) != BENIGN):
         # Only notices struck (preemptions): a hang after one may be Lightning's own bug.
         return _preempted(outcome, fired, deliveries(outcome), base)
+    if any(f.stalls for _, f in fired):
+        return _stalled(outcome, fired, base)
     if outcome.status == HUNG:
         return Verdict(True, hang_reason(outcome, fired), rule=HANG_RULE, **base)
     if SEVERITY[worst] == DESYNC:
@@ -258,10 +267,24 @@ def _preempted(
         return _hard(outcome, fired, base)
     finding = preemption_finding(outcome, delivered)
     if finding is not None:
-        return Verdict(True, clip(finding, 600, one_line=True), rule=PREEMPT_RULE, **base)
+        usual = workers_cause(outcome, delivered)  # a group SIGTERM killed the workers
+        reason = clip(finding, 600, one_line=True) + usual
+        return Verdict(True, reason, rule=PREEMPT_RULE, **base)
     if all(r.status == PASSED for r in outcome.ranks):
         return _must_pass(outcome, PREEMPT_RULE, base)
     return Verdict(False, "", rule=PREEMPT_RULE, **base)
+
+
+def _stalled(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) -> Verdict:
+    """A rank frozen: its peers may end, or wait where the process group's timeout bounds
+    them (``_stalls``); one that waits with no deadline is the finding. A run every rank
+    finished (a short freeze) must hold every check."""
+    finding = stall_finding(outcome, fired)
+    if finding is not None:
+        return Verdict(True, clip(finding, 900, one_line=True), rule=Rule.STALLED, **base)
+    if all(r.status == PASSED for r in outcome.ranks):
+        return _must_pass(outcome, RECOVERED, base)
+    return Verdict(False, "", rule=Rule.STALLED, **base)
 
 
 def _must_pass(outcome: Any, rule: Rule, base: dict[str, Any]) -> Verdict:
@@ -292,13 +315,27 @@ def _hard(outcome: Any, fired: list[tuple[int, Fault]], base: dict[str, Any]) ->
     explained = [r for r in outcome.ranks if _ended_by_fault(r, hard.get(r.rank, []))]
     for result in outcome.ranks:
         faults = hard.get(result.rank)
-        if not faults or result in explained:
+        if not faults or result in explained or _released_before_notice(result, faults, explained):
             continue
         later = result.status == FAILED  # its own error, not the injected one
         if later or not explained:
             reason = _swallowed(result, faults[0], outcome, later)
             return Verdict(True, reason, rule=SWALLOWED, **base)
     return Verdict(False, "", rule=FAILED_CLEANLY, **base)
+
+
+def _released_before_notice(result: Any, faults: list[Fault], explained: list[Any]) -> bool:
+    """A rank whose only hard faults are notices (a preemption's SIGTERM, acted on later)
+    and that failed with a transport error while a peer ended by its own fault: the peer's
+    end released it before the notice could act, as it would any correct program."""
+    error = result.exception
+    return (
+        result.status == FAILED
+        and error is not None
+        and error.distributed
+        and all(fault.acts_later for fault in faults)
+        and any(other.rank != result.rank for other in explained)
+    )
 
 
 def _ended_by_fault(result: Any, faults: list[Fault]) -> bool:

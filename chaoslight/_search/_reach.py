@@ -32,6 +32,7 @@ from chaoslight._schedule import (
     Raise,
     Schedule,
 )
+from chaoslight._search._caught import PLAIN_ERRORS, CallFrame, Caught, caught_errors
 
 # OFF_COLLECTIVES: an error raised *by* a collective: Lightning 2.5-2.6 swallows one from
 # its per-batch SIGTERM broadcast and the ranks desync, so every correct program would
@@ -41,11 +42,16 @@ from chaoslight._schedule import (
 USER_WEIGHT = 3  # a point in the user's own code is drawn this many times as often
 PROBE_SECONDS = 1.0  # a straggler long enough to beat the natural margins between ranks
 MAX_PROBES = 32
+MAX_FREEZE_PROBES = 4  # a freeze for good costs a hang decision and a new rank: ~4 s
 MAX_SAVE_CRASHES = 2  # crash-in-save-then-restart probes: each is two whole runs
+MAX_CAUGHT_PROBES = 4  # a caught error at its site's first step: the one-rank skip
 PER_BATCH = ("_batch_start", "_batch_end", "_step", "backward", "forward", "zero_grad")
 CORE = frozenset(
     {f"lightning.{name}" for name in LIGHTNING_STEPS}
     | {"lightning.forward", "lightning.backward", "lightning.optimizer_step"}
+    # Calls, not hooks: the batch a rank reads and the checkpoint it loads (the data and
+    # checkpoint faults fire only there).
+    | {"lightning.next_batch", "lightning.load_checkpoint"}
 )
 Point = tuple[str, "int | None"]  # (site, step); a None step means "whenever it is reached"
 
@@ -56,12 +62,18 @@ class Reach:
 
     points: tuple[Point, ...] = ()
     user: frozenset[str] = frozenset()
+    # (site, exception, args): an error the program's handlers catch around that site
+    # (``_search/_caught.py``), and why a handler or class there was left out.
+    caught: tuple[Caught, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_outcome(cls, outcome: Any) -> Reach | None:
         """The reach recorded in an outcome's observations, or None when none was."""
         seen: set[Point] = set()
         user: set[str] = set()
+        paths: dict[str, list[list[CallFrame]]] = {}
+        modules: dict[str, Any] = {}
         found = False
         for event in outcome.events:
             if event.kind != OBSERVATION or event.site != "reach":
@@ -71,9 +83,15 @@ class Reach:
             user.update(facts.get("user", ()))
             for site, steps in facts.get("steps", {}).items():
                 seen.update((site, step) for step in steps if site in SITES)
+            for site, recorded in facts.get("paths", {}).items():
+                known = paths.setdefault(site, []) if site in SITES else []
+                known += [p for p in map(_frames, recorded) if p and p not in known]
+            modules.update(facts.get("modules", {}))
         if not found:
             return None
-        return cls(tuple(sorted(_with_gradient_sync(seen), key=_order)), frozenset(user))
+        caught, notes = caught_errors(paths, modules)
+        points = tuple(sorted(_with_gradient_sync(seen), key=_order))
+        return cls(points, frozenset(user), caught, notes)
 
     def shard(self, index: int, count: int) -> Reach:
         """This worker's share of the points: disjoint across ``index`` 0..count-1."""
@@ -110,11 +128,21 @@ class Reach:
         - a crash inside each ``torch.save``, then a restart: a write that truncates the
           last good file breaks the restarted job;
         - SIGTERM to the last rank alone at the first training step: one node of a job
-          preempted, which a job must stop together (Lightning's own handling does not).
+          preempted, which a job must stop together (Lightning's own handling does not);
+        - each error the program catches around a site (``caught``), on the last rank at
+          that site's first step: a handler that skips or recovers on one rank alone;
+        - a crash at the step after the first checkpoint, then a restart (state the
+          checkpoint lost), and the same with the restart's checkpoint read failing on the
+          last rank: a resume that falls back alone;
+        - a rank frozen for good at the first step of each user hook that is not per batch:
+          a peer waiting for it with no deadline outside a collective.
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
+        found += [Schedule([fault]) for fault in self._caught_probes(world_size, kinds)]
         found += [Schedule([fault]) for fault in self._preempt_probes(world_size, kinds)]
         found += self._crash_in_save_probes(world_size, kinds)
+        found += self._resume_probes(world_size, kinds)
+        found += [Schedule([fault]) for fault in self._freeze_probes(world_size, kinds)]
         saves = [point for point in self.points if point[0] == "torch.save"]
         first_save = saves[0] if saves else None  # one slow write per rank: each costs 1 s
         for site, step in self.points:
@@ -136,6 +164,55 @@ class Reach:
             if site == "torch.save"
             for rank in range(world_size)
         ][:MAX_SAVE_CRASHES]
+
+    def _resume_probes(self, world_size: int, kinds: Iterable[str]) -> list[Schedule]:
+        """A crash at the step after the first checkpoint, then a restart: the resumed job
+        must train as the uninterrupted one would (state the checkpoint lost); and the same
+        with the restarted job's checkpoint read failing on the last rank (a full disk at
+        ``torch.load``): a resume that falls back on one rank alone desyncs the job."""
+        ending = [FAULT_KINDS[k] for k in kinds if k in FAULT_KINDS]
+        ending = [cls for cls in ending if cls.kills_process and cls.aborts_call]
+        steps = sorted(s for site, s in self.points if site == "lightning.training_step" and s)
+        saved = sorted(s for site, s in self.points if site == "torch.save" and s is not None)
+        if not ending or Raise.kind not in kinds or world_size < 2 or not saved:
+            return []
+        after = [step for step in steps if step > saved[0]]
+        if not after:
+            return []
+        crash = ending[0](site="lightning.training_step", rank=0, step=after[0])
+        full = Raise("OSError", (28, "No space left on device"), site="torch.load")
+        load = replace(full, rank=world_size - 1, times=1, run=2)
+        return [Schedule([crash], restarts=1), Schedule([crash, load], restarts=1)]
+
+    def _freeze_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
+        """A rank stopped for good at the first step of each user hook that is not per
+        batch, each rank in turn: a peer that waits for what it was to write (a flag file
+        polled with no deadline) waits forever, where a collective's timeout would end it."""
+        stalling = [FAULT_KINDS[k] for k in kinds if k in FAULT_KINDS and FAULT_KINDS[k].stalls]
+        if world_size < 2 or not stalling:
+            return []
+        first: dict[str, int | None] = {}
+        for site, step in self.points:
+            if site in self.user and not site.endswith(PER_BATCH):
+                first.setdefault(site, step)
+        return [
+            cls(site=site, rank=rank, step=step)
+            for cls in stalling
+            for site, step in first.items()
+            for rank in range(world_size)
+        ][:MAX_FREEZE_PROBES]
+
+    def _caught_probes(self, world_size: int, kinds: Iterable[str]) -> list[Raise]:
+        if Raise.kind not in kinds:
+            return []
+        first: dict[str, int | None] = {}
+        for site, step in self.points:
+            first.setdefault(site, step)  # points are in step order
+        return [
+            Raise(name, args, site=site, rank=world_size - 1, step=first[site])
+            for site, name, args in self.caught
+            if site in first and not site.startswith("dist.")
+        ][:MAX_CAUGHT_PROBES]
 
     def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         site = "lightning.training_step"
@@ -199,10 +276,7 @@ class Space:
             )
         # The site first, then one of its steps: a site reached at two steps (a save at
         # each epoch's end) is drawn as often as one reached at every step.
-        steps_of: dict[str, list[int | None]] = {}
-        for site, step in self.reach.points:
-            if site in able:
-                steps_of.setdefault(site, []).append(step)
+        steps_of = self._steps_of(able)
         user = self.reach.user
         order = sorted(steps_of, key=lambda site: (site not in user, able.index(site)))
         weighted = [s for s in order for _ in range(USER_WEIGHT if s in user else 1)]
@@ -211,6 +285,46 @@ class Space:
                 {"site": st.just(site), "rank": ranks, "step": st.sampled_from(steps_of[site])}
             )
         )
+
+    def _steps_of(self, able: Sequence[str]) -> dict[str, list[int | None]]:
+        steps_of: dict[str, list[int | None]] = {}
+        for site, step in self.reach.points if self.reach is not None else ():
+            if site in able:
+                steps_of.setdefault(site, []).append(step)
+        return steps_of
+
+    def caught_raises(self) -> st.SearchStrategy[Fault] | None:
+        """Raised errors at the sites where the program catches some (``Reach.caught``):
+        a site, a rank, one of its steps, then the error: the plain ones first, then each
+        caught there (twice, so half the draws are caught ones). None when there are none.
+
+        Drawn with as many choices as ``raises``'s plain branch, so a failure shrinks to
+        that branch, and within a site to the plain RuntimeError, whenever those fail too."""
+        steps_of = self._steps_of(self.able(Raise.drawn_at))
+        errors: dict[str, list[tuple[str, tuple[Any, ...]]]] = {}
+        for site, name, args in self.reach.caught if self.reach is not None else ():
+            if site in steps_of:
+                errors.setdefault(site, list(PLAIN_ERRORS)).extend([(name, args)] * 2)
+        if not errors:
+            return None
+        ranks = st.integers(0, self.world_size - 1)
+
+        def at(site: str) -> st.SearchStrategy[Fault]:
+            return st.builds(
+                lambda rank, step, error: Raise(*error, site=site, rank=rank, step=step),
+                ranks,
+                st.sampled_from(steps_of[site]),
+                st.sampled_from(errors[site]),
+            )
+
+        return st.sampled_from(sorted(errors)).flatmap(at)
+
+
+def _frames(recorded: Any) -> list[CallFrame]:
+    """A call path from the rank's facts: [file, line] pairs, innermost first."""
+    if not isinstance(recorded, list):
+        return []
+    return [(str(f[0]), int(f[1])) for f in recorded if isinstance(f, list) and len(f) == 2]
 
 
 def _probes_at(

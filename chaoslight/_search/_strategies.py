@@ -15,6 +15,7 @@ default search draws it are the class's traits.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -39,7 +40,8 @@ from chaoslight._schedule import (
     ReorderReduction,
     Schedule,
 )
-from chaoslight._schedule._faults import MAX_DELAY_SECONDS
+from chaoslight._schedule._data_faults import BadCheckpoint, DropBatch, Flip, RepeatBatch
+from chaoslight._schedule._faults import FREEZE_HOWS, MAX_DELAY_SECONDS, Freeze, PgAbort
 from chaoslight._schedule._validate import (
     BYTES_WHY,
     FAULTS_WHY,
@@ -52,9 +54,17 @@ from chaoslight._schedule._validate import (
     check_sites,
     check_world_size,
 )
+from chaoslight._search._caught import PLAIN_ERRORS
+from chaoslight._search._data_strategies import (
+    bad_checkpoints,
+    dropped_batches,
+    flips,
+    repeated_batches,
+)
 from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._minimize import DELAY_GRID
 from chaoslight._search._reach import Reach, Space
+from chaoslight._search._recovery import bind_to_second_run, can_draw_at, resume_sites
 
 # Sites most training code reaches; a search over all ~70 hook sites mostly misses.
 DEFAULT_SITES = (
@@ -207,23 +217,20 @@ def raises(
     sites: Iterable[str] | None = None,
     reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
-    """Raised errors (RuntimeError, then OSError ENOSPC), at any site but a collective.
+    """Raised errors (RuntimeError, then OSError ENOSPC), at any site but a collective;
+    with a reach, also the errors the program's handlers catch around each site.
 
     Shrinks to RuntimeError, rank 0.
     """
-    kinds = st.sampled_from(
-        (
-            ("RuntimeError", ("injected by chaoslight",)),
-            ("OSError", (28, "No space left on device")),
-        )
-    )
     space = _space(world_size, steps, sites, reach)
 
     def build(**fields: Any) -> Fault:
         name, args = fields.pop("error")
         return Raise(name, args, **fields)
 
-    return _kind(space, Raise, build, error=kinds)
+    plain = _kind(space, Raise, build, error=st.sampled_from(PLAIN_ERRORS))
+    caught = space.caught_raises()
+    return plain if caught is None else st.one_of(plain, caught)
 
 
 def crashes(
@@ -233,8 +240,15 @@ def crashes(
     sites: Iterable[str] | None = None,
     reach: Reach | None = None,
 ) -> st.SearchStrategy[Fault]:
-    """SIGKILL of one rank. Shrinks to rank 0, step 0, the first site."""
-    return _kind(_space(world_size, steps, sites, reach), Crash)
+    """One rank's death: SIGKILL (a lost node, the OOM killer), or a native crash that
+    leaves no Python exception, a segfault (SIGSEGV) or an abort (SIGABRT). Shrinks to
+    SIGKILL, rank 0, step 0, the first site."""
+    signals = st.sampled_from(CRASH_SIGNALS)
+    return _kind(_space(world_size, steps, sites, reach), Crash, signal=signals)
+
+
+# The deaths a search draws, simplest first: what a shrunk crash is reported as.
+CRASH_SIGNALS = tuple(int(getattr(signal, name)) for name in ("SIGKILL", "SIGSEGV", "SIGABRT"))
 
 
 PREEMPT_AFTER = (0.0, 0.3)  # at the trigger, or a notice that lands mid-step
@@ -250,10 +264,13 @@ def preemptions(
     """SIGTERM as a scheduler sends it: to every rank at a step, or to one rank (one node
     of a multi-node job); two of them at different steps are a skewed notice.
 
-    Shrinks to every rank at once, at the trigger (``after=0``), step 0.
+    ``group=True`` signals the rank's process group too (its DataLoader workers), as
+    SLURM does. Shrinks to every rank at once, at the trigger (``after=0``), the rank
+    alone (no group), step 0.
     """
     after = st.sampled_from(PREEMPT_AFTER)
-    one_rank = _kind(_space(world_size, steps, sites, reach), Preempt, after=after)
+    space = _space(world_size, steps, sites, reach)
+    one_rank = _kind(space, Preempt, after=after, group=st.booleans())
     every_rank = one_rank.map(lambda fault: replace(fault, rank=None))
     return st.one_of(every_rank, one_rank)
 
@@ -271,6 +288,36 @@ def corruptions(
     return _kind(space, Corrupt, value=values)
 
 
+# A freeze for good (the peers' timeouts must end the job), or a pause a job rides out.
+FREEZE_SECONDS = (None, 0.5)
+
+
+def freezes(
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
+) -> st.SearchStrategy[Fault]:
+    """A rank frozen while alive, for good or for half a second, by SIGSTOP or by a sleep
+    that holds the GIL. Shrinks to for good, SIGSTOP, rank 0, step 0."""
+    space = _space(world_size, steps, sites, reach)
+    seconds, how = st.sampled_from(FREEZE_SECONDS), st.sampled_from(FREEZE_HOWS)
+    return _kind(space, Freeze, seconds=seconds, how=how)
+
+
+def aborts(
+    *,
+    world_size: int = 2,
+    steps: int = 8,
+    sites: Iterable[str] | None = None,
+    reach: Reach | None = None,
+) -> st.SearchStrategy[Fault]:
+    """A rank's process group aborted at a reduction (``PgAbort.drawn_at``). Shrinks to
+    rank 0, step 0, the first site."""
+    return _kind(_space(world_size, steps, sites, reach), PgAbort)
+
+
 # Each kind's strategy, by fault class (a new kind adds its own): what one_fault draws for
 # each kind it may draw, called with world_size, steps, sites and reach.
 Builder = Callable[..., st.SearchStrategy[Fault]]
@@ -281,9 +328,15 @@ KIND_STRATEGIES: dict[type[Fault], Builder] = {
     DropSync: dropped_syncs,
     Crash: crashes,
     Preempt: preemptions,
+    Freeze: freezes,
+    PgAbort: aborts,
     Allocate: allocations,
     ReorderReduction: reorders,
     Corrupt: corruptions,
+    Flip: flips,
+    RepeatBatch: repeated_batches,
+    DropBatch: dropped_batches,
+    BadCheckpoint: bad_checkpoints,
 }
 
 
@@ -330,7 +383,10 @@ def schedules(
     named). ``reach`` (a run's recorded reach) draws only the (site, step) points that run
     reached, over the whole run, with weight on the user's own hooks; without it, steps
     are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. With crashes
-    or preemptions it also draws one restart (shrinking to none).
+    or preemptions it also draws one restart (shrinking to none), and with a restart some
+    faults bound to run 2 (``run=2``, shrinking to unbound): the job fails again while it
+    resumes. With a ``reach`` these include the sites only a resumed run reaches
+    (the checkpoint read back: ``_recovery.RESUME_SITES``), at no step.
     """
     check_bounded_int("max_faults", max_faults, 1, MAX_FAULTS, FAULTS_WHY)
     one = one_fault(
@@ -344,9 +400,35 @@ def schedules(
     # After a crash or a preemption a cluster restarts the job: draw that too.
     kinds = resolve_kinds(faults, in_process)
     killing = not in_process and any(FAULT_KINDS[k].kills_process for k in kinds)
-    restarts = st.sampled_from((0, 1)) if killing else st.just(0)
+    drawn = st.lists(one, min_size=1, max_size=max_faults)
+    if not killing:
+        return drawn.map(lambda items: Schedule(items, memory_budget=memory_budget))
+    # With a restart, a fault may strike again while the job resumes: some drawn faults
+    # bound to run 2 (one in four; shrinking to none), and, where a baseline's reach says
+    # where runs go, one at a site only a resumed run reaches (the baseline never loads a
+    # checkpoint), bound to run 2 and to no step: whenever the resume reaches it.
+    at_resume = resume_sites(sites, reach)
+    resume = (
+        st.lists(
+            one_fault(world_size=world_size, steps=steps, sites=at_resume, faults=faults).map(
+                lambda f: replace(f, step=None, run=2)
+            ),
+            max_size=1,
+        )
+        if at_resume and can_draw_at(at_resume, kinds)
+        else st.just([])
+    )
+
+    def build(items: list[Fault], again: int, bind: list[int], extra: list[Fault]) -> Schedule:
+        if again:
+            items = bind_to_second_run(items, bind, memory_budget)
+            items += extra[: max_faults - len(items)]
+        return Schedule(items, memory_budget=memory_budget, restarts=again)
+
     return st.builds(
-        lambda items, again: Schedule(items, memory_budget=memory_budget, restarts=again),
-        st.lists(one, min_size=1, max_size=max_faults),
-        restarts,
+        build,
+        drawn,
+        st.sampled_from((0, 1)),
+        st.lists(st.integers(0, 3), min_size=max_faults, max_size=max_faults),
+        resume,
     )

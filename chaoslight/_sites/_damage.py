@@ -16,12 +16,18 @@ started it made a folder named ``LEDGER`` beside the events file it gave it (a W
 example, ``chaoslight run``). Then the process writes its backups and manifest there and
 the parent restores once the job is over: a crash kills the rank before it could, and a
 run restarted after the fault must still see the damage (see ``holding``).
+
+A damaged *load* (``bad_checkpoint``) writes nothing of the user's: ``damaged_load`` hands
+the load a damaged copy (a temporary file, or bytes in memory), or raises the missing
+file's error, so no ledger is needed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -29,7 +35,7 @@ import stat
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,3 +234,51 @@ def _holds(path: str, size: int, sha256: str) -> bool:
     except OSError:
         return False
     return digest.hexdigest() == sha256
+
+
+def damaged_load(
+    call: Callable[..., Any], effect: str, mark: Callable[[BaseException], BaseException]
+) -> Callable[..., Any]:
+    """The load ``call`` (``torch.load(f, ...)`` or a strategy's ``load_checkpoint(path)``)
+    reading its checkpoint ``truncated`` (its first half), ``empty`` or ``missing``, so it
+    raises what it raises for such a file. The user's file is never written: a damaged
+    copy (a temporary file, or bytes in memory for a file object) is read in its place;
+    a missing one raises ``FileNotFoundError`` as opening it would, ``mark``-ed as
+    chaoslight's deliberate raise. A path that is not a regular file (a sharded
+    checkpoint's folder) is loaded as it is."""
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        key = next((k for k in ("f", "checkpoint_path", "path") if k in kwargs), None)
+        source = args[0] if args else kwargs.get(key) if key else None
+        if isinstance(source, (str, os.PathLike)) and not os.path.isfile(source):
+            return call(*args, **kwargs)  # not a file: nothing this fault models
+        if effect == "missing":
+            name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<file>"
+            name = str(getattr(source, "name", name))
+            raise mark(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name))
+        with _damaged_copy(source, effect) as copy:
+            if key is not None and not args:
+                return call(*args, **{**kwargs, key: copy})
+            return call(copy, *args[1:], **kwargs)
+
+    return load
+
+
+@contextlib.contextmanager
+def _damaged_copy(source: Any, effect: str) -> Iterator[Any]:
+    """A copy of the checkpoint ``source`` (a path or a readable file object) with only its
+    first half (``truncated``) or nothing (``empty``): a path for a path, bytes for a file."""
+    if isinstance(source, (str, os.PathLike)):
+        keep = os.path.getsize(source) // 2 if effect == "truncated" else 0
+        folder = tempfile.mkdtemp(prefix="chaoslight-damaged-load-")
+        copy = os.path.join(folder, os.path.basename(os.fspath(source)))
+        try:
+            with open(source, "rb") as original, open(copy, "wb") as damaged:
+                damaged.write(original.read(keep))
+            yield copy
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    data = source.read() if hasattr(source, "read") else b""
+    yield io.BytesIO(data[: len(data) // 2] if effect == "truncated" else b"")

@@ -20,17 +20,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaoslight._report import CRASHED, HUNG, PASSED, RankResult, settle, signal_name
-from chaoslight._runtime._events import FIRED, NOTE, Event, merge, read_event_log
+from chaoslight._report import CRASHED, HUNG, PASSED, RankResult, death_line, settle
+from chaoslight._runtime._events import NOTE, Event, merge, read_event_log
 from chaoslight._sites import _damage
 from chaoslight._world._pump import pump
 from chaoslight._world._slot import Slot
-from chaoslight._world._wavefront import TICK_S, Front, HangDecider, HangDecision, RankState
-from chaoslight._world._wire import Beat, Dump, Ended, Hang, Reply, Snapshot, decode_pickle
+from chaoslight._world._wavefront import (
+    TICK_S,
+    Front,
+    HangDecider,
+    HangDecision,
+    RankState,
+)
+from chaoslight._world._wire import (
+    Beat,
+    Dump,
+    Ended,
+    Hang,
+    Reply,
+    Snapshot,
+    decode_pickle,
+)
 
 RELEASE_GRACE_S = 3.0  # after the first hang report, ranks still running are killed
 SILENCE_S = 3.0  # a running rank silent for timeout + this is stuck with the GIL held
-ERROR_MARKERS = ("what():", "Fatal Python error")
 WAVEFRONT = True  # False: only the watchdogs' timeout finds hangs (for comparison)
 ACK_S = 1.0  # ranks told they are hung are released once all answered, or after this
 DURING = (Beat, Hang, Snapshot, Ended)  # the replies about one example, naming it by its id
@@ -263,6 +276,9 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
             in_own_collective=own,
         )
     if watch.killed:
+        if watch.front is not None and watch.front.frozen:
+            # The freeze fault stopped it; it was never hung in its own right.
+            line = f"rank {slot.rank} {watch.front.describe()} (the injected freeze)"
         line = line or f"rank {slot.rank} did not come back after the hang"
         return RankResult(
             slot.rank,
@@ -280,30 +296,8 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
         CRASHED,
         signal=signum,
         exitcode=code if signum is None else None,
-        evidence=crash_line(slot.rank, code, output, events),
+        evidence=death_line(slot.rank, code, output, events),
         output=output,
         pid=slot.pid,
         ended_s=watch.ended_s,
     )
-
-
-def crash_line(rank: int, code: int | None, output: str, events: list[Event]) -> str:
-    """``rank 1 crashed: killed by SIGKILL after crash@... fired at step 1``, plus any
-    fatal message the process printed (gloo's ``what():``, Python's fatal error)."""
-    how = (
-        "died"
-        if code is None
-        else f"killed by {signal_name(-code)}"
-        if code < 0
-        else f"exited with code {code}"
-    )
-    text = f"rank {rank} crashed: {how}"
-    fired = [e for e in events if e.rank == rank and e.kind == FIRED]
-    if fired:
-        step = "" if fired[-1].step is None else f" at step {fired[-1].step}"
-        text += f" after {fired[-1].fault} fired{step}"
-    for marker in ERROR_MARKERS:
-        hits = [ln.strip() for ln in output.splitlines() if marker in ln]
-        if hits:
-            return text + f"; its output says: {hits[-1][:240]}"
-    return text

@@ -109,6 +109,14 @@ class Baseline:
         for signum, handler in self.handlers.items():
             if signal.getsignal(signum) is not handler:
                 signal.signal(signum, handler)
+        handling = sys.modules.get("torch.utils.data._utils.signal_handling")
+        if handling is not None and getattr(handling, "_SIGCHLD_handler_set", False):
+            # Lightning's teardown puts SIGCHLD back as it was when fit began (before the
+            # DataLoader set torch's handler), yet torch remembers setting it and never
+            # sets it again: a later example's dead DataLoader workers would go unseen,
+            # where a fresh process (a real job) sees them.
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            setattr(handling, "_SIGCHLD_handler_set", False)  # noqa: B010 (torch private)
         if faulthandler.is_enabled():
             # Lightning's signal connector, tearing down, sets every signal it saw as
             # SIG_DFL back to SIG_DFL: that silently removes faulthandler's SIGABRT and

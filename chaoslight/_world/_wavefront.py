@@ -30,9 +30,9 @@ on an idle machine, from the first one (no earlier reading is needed), and the d
 comes ``BLOCKED_S`` + ``CONFIRM_S`` + a few ``TICK_S`` after the hang (about 1 s), late
 only by the watchdog's and the parent's wake-ups (milliseconds: a waking sleeper is
 scheduled first). Where ``/proc`` cannot be read no rank is blocked: the timeout decides.
-``GlooSockets`` can release a blocked rank without killing it: it shuts down the process
-group's TCP connections, and gloo raises "Connection closed by peer" in every rank that
-waits on them.
+``_sockets.GlooSockets`` can release a blocked rank without killing it: it shuts down the
+process group's TCP connections, and gloo raises "Connection closed by peer" in every rank
+that waits on them.
 
 Parent side, ``HangDecider.decide()`` (each wake-up of ``Example.collect``) declares a hang
 when every pending rank has been blocked for ``BLOCKED_S`` (fresh reports) and either
@@ -44,9 +44,7 @@ same collective with the same number wait for a straggler: never a hang.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sys
 import threading
 import time
@@ -71,6 +69,11 @@ FRESH_S = 0.75  # on reports no older than this
 CONFIRM_S = 0.3  # and when the same picture holds this much later, freshly reported
 END_GRACE_S = 1.0  # after a rank ended: time for gloo to release its peers by itself
 
+# In the evidence of a rank hung where it waits for its peers in torch.distributed (a
+# collective, the store), which the process group's timeout would end: the oracle tells a
+# wait any correct program makes while a peer is frozen from one with no deadline by it.
+BOUNDED_WAIT = "a wait in torch.distributed, which the process group's timeout bounds"
+
 # Packages whose frames are skipped when naming who called a collective.
 _PLUMBING = ("torch.distributed", "chaoslight", "wrapt")
 
@@ -86,11 +89,26 @@ class Front:
     blocked_s: float
     caller: str = ""  # "_broadcast_sigterm_tensor at training_epoch_loop.py:265"
     by_program: bool = False  # issued by the program's own code, not Lightning's loops
+    # Sent once, just before a freeze fault stops the rank (``site`` is where it fired):
+    # the silence that follows is the fault's. ``frozen_for``: its seconds, None for good.
+    frozen: bool = False
+    frozen_for: float | None = None
 
     def describe(self) -> str:
         """``collective #9, dist.broadcast from _broadcast_sigterm_tensor at loop.py:265``."""
+        if self.frozen:
+            return f"frozen at {self.frozen_at()}"
         caller = f" from {self.caller}" if self.caller else ""
         return f"collective #{self.seq}, {self.site}{caller}"
+
+    def frozen_at(self) -> str:
+        """Where a freeze stopped the rank: ``lightning.training_step #3 at step 2``."""
+        return f"{self.site} #{self.call}" + ("" if self.step is None else f" at step {self.step}")
+
+    @property
+    def frozen_for_good(self) -> bool:
+        """A freeze that never ends by itself: the rank will never join a collective again."""
+        return self.frozen and self.frozen_for is None
 
 
 # -- the worker's side ----------------------------------------------------------------------
@@ -159,6 +177,14 @@ class Tracker:
         return threads is not None and asleep(before, threads, self.main_tid, window)
 
     def _key(self, frame: FrameType | None) -> tuple[str, int, int, int | None] | None:
+        found = self._waiting_in(frame)
+        if found is None or not self.decidable():
+            return None
+        site, call, step = found
+        return site, _sequence(), call, step
+
+    def _waiting_in(self, frame: FrameType | None) -> tuple[str, int, int | None] | None:
+        """The collective the main thread (innermost ``frame``) is in, if it waits in one."""
         engine = active_engine()
         if engine is None or frame is None:
             return None
@@ -175,10 +201,33 @@ class Tracker:
             site = GRADIENT_ALLREDUCE
         elif site not in COLLECTIVE_SITES or not where.startswith(_folder("torch.distributed")):
             return None  # not in a collective, or in one but not waiting (a Delay sleeps)
-        if not self.decidable():
-            return None
-        seq = sum(engine.calls.get(name, 0) for name in COLLECTIVE_SITES)
-        return site, seq, call, step
+        return site, call, step
+
+    def in_collective(self) -> bool:
+        """Whether the main thread waits in torch.distributed now (a collective of any
+        group, DDP's gradient all-reduce, the store): a wait the process group's (or the
+        store's) timeout bounds. For a hang report; never raises."""
+        try:
+            frame = current_frames().get(self.main)
+            inside = frame is not None and frame.f_code.co_filename.startswith(
+                _folder("torch.distributed")
+            )
+            return inside or self._waiting_in(frame) is not None
+        except Exception:
+            return False
+
+    def frozen(self, seconds: float | None) -> Front:
+        """What a rank reports just before a freeze stops it, at the site it fired at."""
+        engine = active_engine()
+        stack = engine.in_progress_of(self.main) if engine is not None else []
+        site, call, step = stack[-1] if stack else ("", 0, None)
+        return Front(site, _sequence(), call, step, 0.0, frozen=True, frozen_for=seconds)
+
+
+def _sequence() -> int:
+    """This rank's collective calls so far (the active engine's count)."""
+    engine = active_engine()
+    return sum(engine.calls.get(name, 0) for name in COLLECTIVE_SITES) if engine else 0
 
 
 def only_group(group: Any) -> bool:
@@ -225,71 +274,6 @@ def issued_by_program(frame: FrameType | None) -> bool:
     return False
 
 
-def _socket_inodes() -> dict[int, int]:
-    """This process's open sockets: file descriptor → socket inode (Linux's /proc)."""
-    found = {}
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        return {}
-    for name in names:
-        with contextlib.suppress(OSError, ValueError):
-            link = os.readlink(f"/proc/self/fd/{name}")
-            if link.startswith("socket:["):
-                found[int(name)] = int(link[8:-1])
-    return found
-
-
-class GlooSockets:
-    """The process group's TCP connections: the sockets that appeared while it was created,
-    less the rendezvous store's. ``release()`` shuts them down, so that gloo raises in
-    every collective waiting on them, here and in the peers (the process lives on)."""
-
-    def __init__(self) -> None:
-        self.before: set[int] = set()
-        self.inodes: set[int] = set()
-        self.store_port = -1
-
-    def creating(self) -> None:
-        """Call just before ``init_process_group``."""
-        self.before, self.inodes = set(_socket_inodes().values()), set()
-
-    def created(self, store_port: int) -> None:
-        """Call just after it."""
-        self.inodes = set(_socket_inodes().values()) - self.before
-        self.store_port = store_port
-
-    def release(self) -> int:
-        """Shut the connections down; how many were."""
-        return sum(
-            _shut(fd, inode, self.store_port)
-            for fd, inode in _socket_inodes().items()
-            if inode in self.inodes
-        )
-
-
-def _shut(fd: int, inode: int, store_port: int) -> bool:
-    """Shut down the connected TCP socket ``fd`` if it is still ``inode`` and not the store's."""
-    try:
-        copy = os.dup(fd)  # our own descriptor: the number may be reused meanwhile
-    except OSError:
-        return False
-    try:
-        sock = socket.socket(fileno=copy)
-    except OSError:
-        os.close(copy)
-        return False
-    with sock, contextlib.suppress(OSError):
-        if os.fstat(copy).st_ino != inode or sock.type != socket.SOCK_STREAM:
-            return False
-        ends = (sock.getsockname()[1], sock.getpeername()[1])  # OSError: not connected
-        if store_port in ends:
-            return False
-        sock.shutdown(socket.SHUT_RDWR)
-        return True
-    return False
-
-
 # -- the parent's side ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class RankState:
@@ -319,13 +303,20 @@ class HangDecider:
         pending = [s for s in seen if s.pending]
         ended = [s for s in seen if not s.pending and s.ended_at is not None]
         fronts = {s.rank: s.front for s in pending if s.front is not None}
-        if not pending or not all(blocked(s, now) for s in pending):
+        # A rank frozen for good will never join a collective: whoever waits for it waits
+        # for nothing, whatever their collectives (the process group's timeout would end
+        # them; an injected freeze's verdict needs no more).
+        frozen = [s for s in pending if s.front is not None and s.front.frozen_for_good]
+        waiting = [s for s in pending if s not in frozen]
+        if not pending or not all(blocked(s, now) for s in waiting):
             self.suspect = None
             return None
         if ended:
             last = max(s.ended_at or 0.0 for s in ended)
-            if any(s.front_at < last + END_GRACE_S for s in pending):
+            if any(s.front_at < last + END_GRACE_S for s in waiting):
                 return None  # gloo may still release them
+        elif frozen:
+            pass
         elif len({(f.site, f.seq) for f in fronts.values()}) < 2:
             self.suspect = None  # one collective, one number: waiting for a straggler
             return None
@@ -336,7 +327,7 @@ class HangDecider:
         if picture != self.suspect:
             self.suspect, self.suspect_at = picture, now
             return None
-        if now - self.suspect_at < CONFIRM_S or any(s.front_at <= self.suspect_at for s in pending):
+        if now - self.suspect_at < CONFIRM_S or any(s.front_at <= self.suspect_at for s in waiting):
             return None
         gone = {s.rank: s.how for s in ended}
         return HangDecision(dict(sorted(fronts.items())), dict(sorted(gone.items())))
@@ -360,10 +351,21 @@ class HangDecision:
         #8, dist.barrier from _export at t.py:12; rank 1 is in collective #8, dist.broadcast
         from _broadcast_sigterm_tensor at training_epoch_loop.py:265``."""
         own = self.fronts[rank]
+        if own.frozen:
+            return f"frozen for good at {own.frozen_at()} (a freeze fault): it will not run again"
         text = f"blocked {own.blocked_s:.1f} s in {own.describe()}"
+        frozen = [r for r, f in self.fronts.items() if f.frozen]
         others = [f"rank {r} is in {f.describe()}" for r, f in self.fronts.items() if r != rank]
+        if frozen:
+            names = " and ".join(f"rank {r}" for r in frozen)
+            return f"{text}, which {names}, frozen for good, will never join ({BOUNDED_WAIT})"
         if not self.ended:
             return f"{text}; " + ", ".join(others) + ": the collectives differ"
         gone = ", ".join(f"rank {r} {how}" for r, how in self.ended.items())
         also = "".join(f"; {other}" for other in others)
         return f"{text}, which no rank that ended will join ({gone}){also}"
+
+
+def waits_boundedly(evidence: str) -> bool:
+    """Whether a hung rank's evidence says it waited in torch.distributed (``BOUNDED_WAIT``)."""
+    return BOUNDED_WAIT in evidence

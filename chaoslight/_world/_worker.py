@@ -23,21 +23,21 @@ import gc
 import importlib
 import json
 import os
-import shutil
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from chaoslight._report import FAILED, PASSED, ExceptionInfo
 from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
+from chaoslight._runtime._halt import ABORTERS, FREEZE_LISTENERS
 from chaoslight._runtime._protocol import observed_sites
 from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
+from chaoslight._world._channel import Channel
 from chaoslight._world._isolation import Baseline, outlived, threads_now
 from chaoslight._world._slot import (
     PATH_VARIABLE,
@@ -45,18 +45,18 @@ from chaoslight._world._slot import (
     ROOT_VARIABLE,
     torchrun_variables,
 )
+from chaoslight._world._sockets import GlooSockets
 from chaoslight._world._target import Target, load_target
 from chaoslight._world._wavefront import (
+    BOUNDED_WAIT,
     FRONT_EVERY_S,
     REPORT_AFTER_S,
     TICK_S,
-    GlooSockets,
     Tracker,
     only_group,
 )
 from chaoslight._world._wire import (
     Beat,
-    Command,
     Dump,
     Ended,
     Group,
@@ -64,16 +64,13 @@ from chaoslight._world._wire import (
     Init,
     Inited,
     Ready,
-    Reply,
     Resolve,
     Resolved,
     RunExample,
     Snapshot,
     Store,
     WireError,
-    decode,
     decode_pickle,
-    encode,
     encode_pickle,
 )
 
@@ -90,50 +87,6 @@ GLOO_MARKERS = (
     "pair closure",
     "Timed out waiting",
 )
-
-
-class Channel:
-    """Replies to the parent (thread-safe); commands for the main thread on one pipe,
-    ``Dump`` requests on another, read by a thread so they are answered while stuck."""
-
-    def __init__(self, cmd_fd: int, ctl_fd: int, msg_fd: int) -> None:
-        self.out = msg_fd
-        self.lock = threading.Lock()
-        self.cmd = os.fdopen(cmd_fd, "rb")
-        self.on_dump: Callable[[Dump], None] = lambda msg: None
-        self.reader = threading.Thread(target=self._read, args=(ctl_fd,), daemon=True)
-
-    def send(self, msg: Reply) -> None:
-        data = memoryview(encode(msg))
-        with self.lock:
-            try:
-                while data:
-                    data = data[os.write(self.out, data) :]
-            except OSError:
-                orphaned()
-
-    def commands(self) -> Iterator[Command]:
-        """The parent's commands, read by the main thread itself (no thread hand-off)."""
-        for line in self.cmd:
-            yield decode(line, Command)
-        orphaned()  # end of file: the parent is gone
-
-    def _read(self, fd: int) -> None:
-        with os.fdopen(fd, "rb") as stream:
-            for line in stream:
-                self.on_dump(decode(line, Dump))
-        orphaned()
-
-
-def orphaned() -> None:
-    """The parent went away: remove the World's files (nobody else will), then take this
-    process and anything it started down at once."""
-    root = os.environ.get(ROOT_VARIABLE)
-    if root:
-        shutil.rmtree(root, ignore_errors=True)
-    if os.getpgrp() == os.getpid():
-        os.killpg(os.getpid(), signal.SIGKILL)
-    os._exit(1)
 
 
 def exception_info(exc: BaseException) -> ExceptionInfo:
@@ -187,6 +140,13 @@ class Worker:
         self.tracker = Tracker(lambda: only_group(self.group))
         self.sent_at = 0.0  # the last beat
         self.sent_front = False  # whether it carried a collective
+        # Set just before a freeze for good stops this rank: no beat may follow the one
+        # that said so (the parent would take the rank for running again).
+        self.stopped_for_good = False
+        self.beat_lock = threading.Lock()
+        FREEZE_LISTENERS.append(self.freezing)
+        self.aborted = False  # a pg_abort fault shut this example's group down
+        ABORTERS.append(self.abort_group)
         # One watchdog thread for the worker's life, armed for each example.
         self.dog = Watchdog(
             STORE_TIMEOUT_S,
@@ -289,7 +249,8 @@ class Worker:
     def run(self, msg: RunExample) -> None:
         self.current, self.hang = msg.id, None
         self.tracker.reset()
-        self.sent_at, self.sent_front = 0.0, False
+        self.sent_at, self.sent_front, self.stopped_for_good = 0.0, False, False
+        self.aborted = False
         self.set_timeout(msg.timeout)
         before = threads_now()
         environ = self.baseline.enter(msg.workdir)
@@ -300,7 +261,7 @@ class Worker:
             self.baseline.restore(environ)
         self.current = None
         hung = self.hang is not None
-        group = self.settle(clean=result.status == PASSED and not hung)
+        group = self.settle(clean=result.status == PASSED and not hung and not self.aborted)
         if leftovers:
             print(
                 f"chaoslight: rank {self.rank} retires: thread(s) {', '.join(leftovers)} the "
@@ -339,16 +300,37 @@ class Worker:
 
     def on_hang(self, report: HangReport) -> None:
         self.hang = report
-        self.channel.send(Hang(self.current, self.rank, report.line(), report.stacks))
+        line = report.line()
+        if self.tracker.in_collective():
+            line += f"; {BOUNDED_WAIT}"  # what a peer of a frozen rank may do (the oracle)
+        self.channel.send(Hang(self.current, self.rank, line, report.stacks))
 
     def beat(self) -> None:
         """Every tick: a beat each second, or sooner with the collective it is blocked in."""
-        front = self.tracker.look()
-        blocked = front is not None and front.blocked_s >= REPORT_AFTER_S
-        since = time.monotonic() - self.sent_at
-        if blocked != self.sent_front or since >= (FRONT_EVERY_S if blocked else BEAT_S):
-            self.sent_at, self.sent_front = time.monotonic(), blocked
-            self.channel.send(Beat(self.current, front if blocked else None))
+        with self.beat_lock:
+            if self.stopped_for_good:
+                return
+            front = self.tracker.look()
+            blocked = front is not None and front.blocked_s >= REPORT_AFTER_S
+            since = time.monotonic() - self.sent_at
+            if blocked != self.sent_front or since >= (FRONT_EVERY_S if blocked else BEAT_S):
+                self.sent_at, self.sent_front = time.monotonic(), blocked
+                self.channel.send(Beat(self.current, front if blocked else None))
+
+    def abort_group(self) -> int:
+        """A pg_abort fault: shut the group's connections down (gloo has no abort), so that
+        every later collective fails; the group is made afresh after the example."""
+        self.aborted = True
+        return self.sockets.release()
+
+    def freezing(self, seconds: float | None, how: str) -> None:
+        """Just before a freeze fault stops this rank (in its thread): tell the parent, so
+        the silence that follows is known to be the fault's; a freeze for good lets it
+        decide at once that the peers waiting for this rank wait for nothing."""
+        with self.beat_lock:
+            self.stopped_for_good = seconds is None
+            if self.current is not None:
+                self.channel.send(Beat(self.current, self.tracker.frozen(seconds)))
 
     def dump(self, msg: Dump) -> None:
         """Answer ``Dump`` from the reader thread: where the main thread is, all stacks.

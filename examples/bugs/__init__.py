@@ -30,6 +30,13 @@ BUGS: tuple[str, ...] = (
     "accumulation_no_sync",
     "polled_file_fallback",
     "preempt_returns_zero",
+    "emergency_save_workers",
     "sampler_loses_shuffle",
     "slow_epoch_rng",
+    "frozen_peer_poll",
+    "swallowed_abort",
+    "nan_debug_dump",
+    "dedup_skip_step",
+    "resume_fresh_on_error",
+    "caught_value_error_skip",
 )
