@@ -313,6 +313,16 @@ KIND_SMOKES = (
 )
 
 
+# What the oracle's rule says of a run it passed, in a table cell.
+SAID = {
+    "BENIGN": "passed",
+    "RECOVERED": "recovered",
+    "FAILED_CLEANLY": "failed cleanly",
+    "HANG": "ended, nothing hung",
+    "STALLED": "waited as allowed",
+}
+
+
 def step_kinds(smoke: Smoke) -> str:
     """Each production fault of issue 21 (a freeze, an aborted process group, a segfault,
     a SIGTERM to the process group, a bit flip, a repeated batch, a truncated checkpoint)
@@ -329,7 +339,7 @@ def step_kinds(smoke: Smoke) -> str:
         verdict = chaoslight.judge(outcome)
         if verdict.failed and verdict.known is None:
             raise AssertionError(f"{name}: a correct program judged failed: {verdict.reason}")
-        said.append(f"{name} {'known issue' if verdict.failed else verdict.rule}")
+        said.append(f"{name} {'known issue' if verdict.failed else SAID.get(verdict.rule.name)}")
     return "ok: " + ", ".join(said)
 
 
