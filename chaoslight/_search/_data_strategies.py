@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from chaoslight._schedule import SITES, Fault
+from chaoslight._schedule import Fault
 from chaoslight._schedule._data_faults import (
     CHECKPOINT_EFFECTS,
     FLIP_BITS,
@@ -21,14 +21,8 @@ from chaoslight._schedule._data_faults import (
     Flip,
     RepeatBatch,
 )
-from chaoslight._schedule._validate import (
-    MAX_STEPS,
-    STEPS_WHY,
-    check_bounded_int,
-    check_sites,
-    check_world_size,
-)
-from chaoslight._search._reach import Reach, Space
+from chaoslight._search._drawing import kind_faults, reach_sites, space_for
+from chaoslight._search._reach import Reach
 
 # Where a search draws a flip without a reach: where a gradient is reduced and about to be
 # used, and where a parameter feeds the next forward.
@@ -53,14 +47,10 @@ def _drawn(
 ) -> st.SearchStrategy[Fault]:
     """``kind`` faults at the sites its ``drawn_at`` capability allows (``default_sites``
     when neither sites nor a reach are given), with ``params`` drawn from their strategies."""
-    check_world_size("world_size", world_size)
-    check_bounded_int("steps", steps, 1, MAX_STEPS, STEPS_WHY)
-    if sites is None:
-        reached = None if reach is None else {site for site, _ in reach.points}
-        sites = [s for s in SITES if reached is not None and s in reached] or default_sites
-    space = Space(world_size, check_sites("sites", sites), steps, reach)
-    trigger = space.triggers(kind.drawn_at)
-    return st.builds(lambda t, p: kind(**t, **p), trigger, st.fixed_dictionaries(params))
+    if sites is None and reach is not None:
+        sites = reach_sites(reach) or tuple(default_sites)
+    space = space_for(world_size, steps, sites, reach, default_sites)
+    return kind_faults(space, kind, None, **params)
 
 
 def flips(

@@ -26,7 +26,6 @@ from chaoslight._schedule import (
     DRAWN_ORDERS,
     FAULT_KINDS,
     OOM,
-    SITES,
     Allocate,
     Corrupt,
     Crash,
@@ -47,12 +46,8 @@ from chaoslight._schedule._validate import (
     FAULTS_WHY,
     MAX_BYTES,
     MAX_FAULTS,
-    MAX_STEPS,
-    STEPS_WHY,
     check_bounded_int,
     check_count,
-    check_sites,
-    check_world_size,
 )
 from chaoslight._search._caught import PLAIN_ERRORS
 from chaoslight._search._data_strategies import (
@@ -61,53 +56,12 @@ from chaoslight._search._data_strategies import (
     flips,
     repeated_batches,
 )
+from chaoslight._search._drawing import kind_faults as _kind
+from chaoslight._search._drawing import space_for as _space
 from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._minimize import DELAY_GRID
-from chaoslight._search._reach import Reach, Space
+from chaoslight._search._reach import Reach
 from chaoslight._search._recovery import bind_to_second_run, can_draw_at, resume_sites
-
-# Sites most training code reaches; a search over all ~70 hook sites mostly misses.
-DEFAULT_SITES = (
-    "lightning.training_step",
-    "lightning.forward",
-    "lightning.backward",
-    "lightning.optimizer_step",
-    "lightning.validation_step",
-    "lightning.on_train_batch_end",
-    "lightning.on_train_epoch_end",
-    "lightning.on_validation_epoch_end",
-    "dist.all_reduce",
-    "dist.broadcast",
-    "dist.barrier",
-    "dist.gradient_allreduce",
-)
-
-
-def _kind(
-    space: Space,
-    kind: type[Fault],
-    build: Callable[..., Fault] | None = None,
-    **params: st.SearchStrategy[Any],
-) -> st.SearchStrategy[Fault]:
-    """``kind`` faults (made by ``build``, else the class) at the sites its ``drawn_at``
-    capability allows in ``space``, with ``params`` drawn from their strategies."""
-    make = build or kind
-    trigger = space.triggers(kind.drawn_at)
-    return st.builds(lambda t, p: make(**t, **p), trigger, st.fixed_dictionaries(params))
-
-
-def _space(world_size: int, steps: int, sites: Iterable[str] | None, reach: Reach | None) -> Space:
-    check_world_size("world_size", world_size)
-    check_bounded_int("steps", steps, 1, MAX_STEPS, STEPS_WHY)
-    if sites is None:
-        sites = DEFAULT_SITES if reach is None else reach_sites(reach)
-    return Space(world_size, check_sites("sites", sites), steps, reach)
-
-
-def reach_sites(reach: Reach) -> tuple[str, ...]:
-    """Every site a run reached, in catalogue order."""
-    reached = {site for site, _ in reach.points}
-    return tuple(site for site in SITES if site in reached)
 
 
 def delays(
