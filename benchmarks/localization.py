@@ -60,9 +60,9 @@ from chaoslight._report import HUNG, PASSED  # noqa: E402
 from chaoslight._runtime import FIRED  # noqa: E402
 from chaoslight._schedule import FAULT_KINDS, Fault, Schedule, Severity  # noqa: E402
 from chaoslight._search import DEFAULT_CHECKS  # noqa: E402
+from chaoslight._search._drawing import reach_sites  # noqa: E402
 from chaoslight._search._oracle import judge  # noqa: E402
 from chaoslight._search._reach import USER_WEIGHT, Reach, Space  # noqa: E402
-from chaoslight._search._strategies import reach_sites  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 # (folder, program, function): correct programs and buggy ones, from every collection.
