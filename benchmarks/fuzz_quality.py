@@ -38,7 +38,7 @@ import chaoslight  # noqa: E402
 from chaoslight import Settings  # noqa: E402
 from chaoslight._search import Campaign  # noqa: E402
 from chaoslight._search._job import make_job  # noqa: E402
-from chaoslight._search._strategies import schedules  # noqa: E402
+from chaoslight._search._schedule_strategies import schedules  # noqa: E402
 from chaoslight._world import World  # noqa: E402
 
 TIMEOUT = 10.0

@@ -93,6 +93,17 @@ def failing_kinds() -> list[type[Fault]]:
     ]
 
 
+def not_scored() -> list[str]:
+    """Each kind the default search draws that is not scored, with the reason its traits
+    give: one that cannot make a correct job fail has no culprit to name."""
+    scored = set(failing_kinds())
+    return [
+        f"{cls.kind}: severity {cls.severity.value}, kills no process: it cannot make a job fail"
+        for cls in sorted(FAULT_KINDS.values(), key=lambda cls: cls.simplicity)
+        if cls.drawn_by_default and cls not in scored
+    ]
+
+
 def draw_point(
     kind: type[Fault], space: Space, rng: random.Random
 ) -> tuple[str, int, int | None] | None:
@@ -173,6 +184,24 @@ def score(truth: Truth, culprit: Any, text: str, seconds: float, hung: bool = Fa
     )
 
 
+SEEN = " was seen: "
+
+
+def score_silent(truth: Truth, fault: Fault, verdict: Any, seconds: float) -> Score | None:
+    """A silent fault (a flip) in a run every rank passed: what the verdict's note on it
+    says (``_search/_silent.py``), when a check saw it: the rank, site and step it names
+    first, and that it says the fault was seen. None when the note says it went
+    undetected (a correct program may absorb a flip: not a failure, nothing to localize)."""
+    note = next((n for n in verdict.notes if n.startswith(str(fault))), "")
+    if SEEN not in note:
+        return None
+    head = note.split(SEEN)[0]
+    ranks = _RANK.findall(head)
+    rank = bool(ranks) and int(ranks[0]) == truth.rank
+    step = truth.step is None or re.search(rf"\bstep={truth.step}\b", head) is not None
+    return Score(rank, truth.site in head, step, True, names_first(head, truth), seconds)
+
+
 _RANK = re.compile(r"\brank (\d+)")
 
 
@@ -203,6 +232,7 @@ class Tally:
     unplaced: int = 0  # no reached site could take the kind, or its defaults
     unfired: int = 0
     recovered: int = 0
+    undetected: int = 0  # a silent fault the run shows no trace of (its note says so)
     scores: list[Score] = field(default_factory=list)
 
     def row(self, name: str) -> str:
@@ -218,13 +248,13 @@ class Tally:
         p90 = f"{percentile(seconds, 0.9):.2f}" if seconds else "-"
         cells = [name, str(runs), pct("rank"), pct("site"), pct("step"), pct("cause")]
         cells += [pct("text"), median, p90, str(self.recovered), str(self.unfired)]
-        cells.append(str(self.unplaced))
+        cells += [str(self.unplaced), str(self.undetected)]
         return "| " + " | ".join(cells) + " |"
 
 
 HEADER = (
     "| kind | runs | rank % | site % | step % | cause % | text % | to verdict median s "
-    "| p90 s | recovered | never fired | no site |\n" + "|---" * 12 + "|"
+    "| p90 s | recovered | never fired | no site | undetected |\n" + "|---" * 13 + "|"
 )
 
 
@@ -327,7 +357,14 @@ def measure_point(
         tally.unfired += 1
         return
     if all(r.status == PASSED for r in outcome.ranks):
-        tally.recovered += 1
+        if not kind.silent:
+            tally.recovered += 1
+            return
+        found = score_silent(truth, fault, verdict, decided - truth.fired_at)
+        if found is None:
+            tally.undetected += 1
+            return
+        tally.scores.append(found)
         return
     text = report_text(outcome, verdict)
     hung = outcome.status == HUNG
@@ -360,6 +397,8 @@ def main() -> None:
     with chaoslight.World(size=2) as world:
         tallies = measure(world, programs, kinds, points, args.seed, args.verbose)
     print(table(tallies))
+    for line in not_scored():
+        print(f"not scored: {line}")
     short = misses(tallies)
     took = time.monotonic() - started
     print(f"\n{took:.0f} s; short of the target: {', '.join(short) or 'none'}")

@@ -11,17 +11,16 @@ earlier steps, smaller delays and allocations, and the simpler kind.
 """
 
 from chaoslight._search._kinds import DEFAULT_KINDS, IN_PROCESS_KINDS, KINDS
+from chaoslight._search._schedule_strategies import one_fault, schedules
 from chaoslight._search._strategies import (
     allocations,
     corruptions,
     crashes,
     delays,
     dropped_syncs,
-    one_fault,
     ooms,
     raises,
     reorders,
-    schedules,
 )
 
 __all__ = [

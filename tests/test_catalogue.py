@@ -3,7 +3,9 @@ buggy program it can, with the cause named; a memory budget's schedule file find
 others; every fixed twin, and the robust program, comes out clean.
 
 The budgets are small (the suite's time): ``benchmarks/catalogue.py`` runs the same
-searches with 100 examples each, and the robust program under a long search.
+searches with 100 examples each, and the robust program under a long search. An entry
+the search finds only past the suite's budget (``long_search``) is checked by replaying
+the schedule the benchmark's search found (``witness``).
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ FIXED_SECONDS = 3.0
 # cannot see (a preemption probe on a program waiting outside every site) costs this much.
 FIXED_TIMEOUT = 8.0
 ENTRIES = (*CATALOGUE, ROBUST)
-SEARCHED = [(e, f) for e in CATALOGUE if e.searchable for f in e.buggy]
+SEARCHED = [(e, f) for e in CATALOGUE if e.searchable and not e.long_search for f in e.buggy]
 BUDGETED = [e for e in CATALOGUE if e.schedule_file is not None]
+WITNESSED = [e for e in CATALOGUE if e.witness is not None]
 
 
 @pytest.fixture
@@ -128,6 +131,30 @@ def test_the_default_search_finds_the_bug_and_names_its_cause(
         assert entry.world_size == world.size
         verdict, _ = run(entry, entry.fixed, result.schedule, world)
         assert not verdict.failed, (str(result.schedule), verdict.reason)
+
+
+def test_a_bug_too_slow_to_search_in_the_suite_has_a_witness_that_parses() -> None:
+    """Every entry the suite does not search has the failing schedule it replays instead."""
+    for entry in CATALOGUE:
+        if entry.long_search:
+            assert entry.searchable and entry.witness is not None, entry.name
+        if entry.witness is not None:
+            assert chaoslight.Schedule.from_text(entry.witness).faults, entry.name
+
+
+@slow
+@pytest.mark.parametrize("entry", WITNESSED, ids=lambda e: e.name)
+def test_the_schedule_the_search_found_fails_the_buggy_twin_only(
+    entry: Entry, world: World
+) -> None:
+    """The minimal schedule the default search found (benchmarks/catalogue.py) makes the
+    buggy twin fail with its cause named, and the fixed twin pass."""
+    assert entry.witness is not None
+    schedule = chaoslight.Schedule.from_text(entry.witness)
+    verdict, _ = run(entry, entry.main, schedule, world)
+    assert verdict.failed and not verdict.internal, verdict.reason
+    assert names_all(verdict.reason, entry.cause(entry.main)), verdict.reason
+    assert not run(entry, entry.fixed, schedule, world)[0].failed
 
 
 @slow

@@ -149,6 +149,7 @@ OBJECT_CASES = [
     ),
     case("world-size-zero", lambda: chaoslight.World(size=0), "size=0", "at least 1"),
     case("world-spares", lambda: chaoslight.World(spares=10**6), "spares=1000000", "at most 64"),
+    case("world-fork", lambda: chaoslight.World(fork="yes"), "fork='yes'", "True or False"),
     case("crash-signal-unknown", lambda: Crash(site=STEP, signal=999), "signal=999"),
 ]
 

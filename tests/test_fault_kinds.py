@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import chaoslight
 from chaoslight import Fault, MemoryBudget, Schedule, judge
-from chaoslight._runtime._engine import ACTIONS, Engine, Firing
+from chaoslight._runtime._actions import ACTIONS, Firing
+from chaoslight._runtime._engine import Engine
 from chaoslight._schedule import FAULT_KINDS, OFF_COLLECTIVES, SITES, Severity, fault_kind
 from chaoslight._schedule._validate import check_choice
 from chaoslight._search._inprocess import run_in_process
@@ -68,7 +69,7 @@ def stamp() -> Iterator[tuple[type[Fault], list[tuple[str, int, int | None]]]]:
             label=st.sampled_from(LABELS),
         )
 
-    ACTIONS[Stamp] = _apply_stamp  # 2. its action (``_runtime/_engine.py``)
+    ACTIONS[Stamp] = _apply_stamp  # 2. its action (``_runtime/_actions.py``)
     KIND_STRATEGIES[Stamp] = stamps  # 3. its strategy (``_search/_strategies.py``)
     try:
         yield Stamp, stamped

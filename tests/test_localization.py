@@ -232,3 +232,31 @@ def test_the_quick_benchmark_scores_crashes_at_full_marks() -> None:
     row = next(line for line in run.stdout.splitlines() if line.startswith("| crash |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert int(cells[1]) > 0 and cells[2] == "100" and cells[5] == "100", run.stdout
+
+
+def test_a_seen_flip_is_scored_by_its_note_and_an_undetected_one_is_not() -> None:
+    """A flip in a run that passed: the verdict's note names its rank, site and step and
+    what saw it; one that went undetected is counted apart, not scored."""
+    flip = fault_from_text("flip@lightning.on_before_optimizer_step rank=1 step=2")
+    truth = bench.Truth(1, "lightning.on_before_optimizer_step", 2, 1.0)
+
+    class Seen:
+        notes = (f"{flip} on rank 1 (grad 0[3]: 0.1 -> 3e37) was seen: replicas differ",)
+
+    class Unseen:
+        notes = (f"{flip} on rank 1 went undetected: every rank finished",)
+
+    found = bench.score_silent(truth, flip, Seen(), 0.3)
+    assert found == bench.Score(True, True, True, True, True, 0.3)
+    assert bench.score_silent(truth, flip, Unseen(), 0.3) is None
+
+
+def test_every_default_kind_is_scored_or_listed_with_its_reason() -> None:
+    """The kinds the default search draws are scored, or listed as unable to fail a job."""
+    from chaoslight._schedule import FAULT_KINDS
+
+    scored = {cls.kind for cls in bench.failing_kinds()}
+    listed = {line.split(":")[0] for line in bench.not_scored()}
+    drawn = {name for name, cls in FAULT_KINDS.items() if cls.drawn_by_default}
+    assert drawn <= scored | listed and not scored & listed
+    assert "delay" in listed and {"flip", "repeat_batch", "bad_checkpoint"} <= scored

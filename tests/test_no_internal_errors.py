@@ -25,6 +25,7 @@ from helpers import fit, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import chaoslight._runtime._actions as actions
 import chaoslight._runtime._engine as engine
 from chaoslight import HangDetected, MemoryBudget, Preempt, Schedule, Watchdog, judge
 from chaoslight._report._records import ExceptionInfo
@@ -102,7 +103,7 @@ def test_an_error_planted_in_chaoslight_is_an_internal_error(
     """A bug in the engine's firing code (here: the OOM factory called with the wrong
     arguments) is reported as chaoslight's internal error, with its real traceback, even
     in a function that also raises on purpose."""
-    monkeypatch.setattr(engine, "simulated_oom", format_bytes)
+    monkeypatch.setattr(actions, "simulated_oom", format_bytes)
     outcome = run_in_process(load_once, Schedule.parse("oom@torch.load"))
     traceback = outcome.ranks[0].exception.traceback  # type: ignore[union-attr]
     assert "in _apply" in traceback and "NoneType: None" not in traceback

@@ -20,6 +20,7 @@ from chaoslight._cli import build_parser, main
 from chaoslight._schedule._validate import MAX_RESTARTS
 from chaoslight._search import _soak as soak_module
 from chaoslight._search._job import Job
+from chaoslight._search._known import KNOWN_ISSUES
 from chaoslight._search._reach import Reach
 from chaoslight._search._soak import JobDeadline, soak
 from chaoslight._search._soak_plan import SoakPlan, arrival_times, job_schedule
@@ -311,3 +312,111 @@ def test_every_soak_option_says_its_default_or_that_it_is_required() -> None:
         else:
             value = f"{action.default:g}" if isinstance(action.default, float) else action.default
             assert f"default: {value}" in shown, shown
+
+
+class _KnownWhenAlone(_BuggyJob):
+    """A crash fails the job; a crash with no other fault is a known framework issue."""
+
+    def run(self, world: Any, schedule: Schedule) -> tuple[Verdict, _Outcome]:
+        verdict, outcome = super().run(world, schedule)
+        if verdict.failed and len(schedule) == 1:
+            verdict.known = (KNOWN_ISSUES[0], "lightning", "2.6.6")
+        return verdict, outcome
+
+
+def test_a_finding_is_not_shrunk_into_a_known_framework_issue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shrinking keeps only schedules that still fail as the program's own failure: a
+    smaller one that only meets a known framework issue is not the finding made smaller,
+    and the finding's replay must fail that way too."""
+    fake = _KnownWhenAlone()
+    monkeypatch.setattr(soak_module, "make_job", lambda target, settings: fake)
+    monkeypatch.setattr(soak_module, "World", _NoWorld)
+    no_world = cast(Any, _NoWorld(2))
+    result = soak("t.py:train", Settings(), mtbf=0.3, duration=4.0, seed=2, world=no_world)
+    assert result.findings, [r.schedule.to_text() for r in result.jobs]
+    for finding in result.findings:
+        assert finding.minimal is not None and len(finding.minimal) >= 2, finding.minimal
+        assert finding.status == "failed"
+
+
+def soak_file(tmp_path: Path, findings: list[Finding]) -> Path:
+    """A soak's record on the t.py:train of ``tmp_path``, holding ``findings``."""
+    crash = Crash(site="lightning.training_step", rank=1, step=2)
+    jobs = [JobRecord(Schedule([crash], restarts=1), True, "failed", "rank 1 crashed")]
+    job = Job("t.py:train", 2, 20.0, ())
+    (tmp_path / "t.py").write_text("def train():\n    pass\n")
+    path = tmp_path / "soak.json"
+    SoakResult(job, 3, 2.0, 60.0, 1.5, jobs, findings).save(path)
+    return path
+
+
+def replayed_run(failure: Failure, failed: bool) -> tuple[Verdict, Any]:
+    """A replay's verdict and outcome: every rank passed, or rank 1 failed."""
+    from chaoslight import Outcome
+    from chaoslight._report._records import ExceptionInfo, RankResult
+
+    error = (
+        ExceptionInfo("RuntimeError", "injected", "RuntimeError: injected\n") if failed else None
+    )
+    ranks = (RankResult(0, "passed"), RankResult(1, "failed" if failed else "passed", error))
+    status = "failed" if failed else "passed"
+    outcome = Outcome(status, ranks, [], 0.2, failure.schedule, failure.target)
+    return Verdict(failed, "rank 1 raised" if failed else "", status), outcome
+
+
+def test_chaoslight_replay_of_a_soak_file_replays_every_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chaoslight replay SOAK` says the file is a soak's record, names the command that
+    runs every job, and replays each finding's shrunk schedule (its job's when not shrunk)
+    in order; exit 1 as one still fails."""
+    from chaoslight._cli import _replay
+
+    crash = Crash(site="lightning.training_step", rank=1, step=2)
+    delay = Delay(site="dist.gradient_allreduce", rank=0, step=1, seconds=0.5)
+    first = Finding(0, "rank 1 crashed", Schedule([crash, delay]), Schedule([crash]))
+    second = Finding(4, "rank 0 hung", Schedule([delay]), status="flaky")
+    path = soak_file(tmp_path, [first, second])
+    replayed: list[Schedule] = []
+
+    def fake_replay(failure: Failure, **options: Any) -> tuple[Any, Any]:
+        replayed.append(failure.schedule)
+        return replayed_run(failure, failed=len(replayed) == 1)  # the flaky one passes
+
+    monkeypatch.setattr(_replay, "replay", fake_replay)
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert replayed == [Schedule([crash]), Schedule([delay])]
+    assert (
+        f"is a soak's record: its 2 findings, each once; every job: chaoslight soak --replay {path}"
+        in out
+    )
+    assert (
+        "finding 1 of 2 (the soak: failed):" in out and "finding 2 of 2 (the soak: flaky):" in out
+    )
+    assert out.count("replay: still fails") == 1 and out.count("replay: passes") == 1
+
+
+def test_chaoslight_replay_of_a_clean_soak_runs_its_hardest_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A soak with no finding replays its headline (the job that fired the most faults)
+    once, and says so, with the command that runs every job."""
+    from chaoslight._cli import _replay
+
+    path = soak_file(tmp_path, [])
+    replayed: list[Schedule] = []
+
+    def fake_replay(failure: Failure, **options: Any) -> tuple[Any, Any]:
+        replayed.append(failure.schedule)
+        return replayed_run(failure, failed=False)
+
+    monkeypatch.setattr(_replay, "replay", fake_replay)
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert len(replayed) == 1 and len(replayed[0]) == 1
+    assert "is a soak's record with no finding" in out and "chaoslight soak --replay" in out

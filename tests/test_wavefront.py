@@ -22,6 +22,7 @@ from chaoslight._world._sched import Reading, asleep, read_threads
 from chaoslight._world._wavefront import (
     BLOCKED_S,
     CONFIRM_S,
+    DDP_INTERNAL,
     END_GRACE_S,
     FRESH_S,
     Front,
@@ -98,6 +99,20 @@ def test_a_rank_between_collectives_blocks_the_decision() -> None:
         RankState(2, True, None, 10.0),
     ]
     assert decide_twice(HangDecider(), seen, 10.0) == (None, None)
+
+
+def test_a_wait_in_ddps_own_collective_is_a_hang_only_beside_another_collective() -> None:
+    """A rank asleep in a collective DDP issues where no site sees it (its forward's buffer
+    broadcast): hung beside a rank frozen for good or one in a seen collective; every rank
+    in such a collective, whatever their counts, waits for a straggler."""
+    frozen = Front("lightning.training_step", 2, 1, 1, 0.0, frozen=True, frozen_for=None)
+    peer = RankState(1, True, front(DDP_INTERNAL, 2), 10.0)
+    beside_frozen = [RankState(0, True, frozen, 10.0), peer]
+    assert decide_twice(HangDecider(), beside_frozen, 10.0)[1] is not None
+    beside_barrier = [RankState(0, True, front("dist.barrier", 3), 10.0), peer]
+    assert decide_twice(HangDecider(), beside_barrier, 10.0)[1] is not None
+    both_unseen = [RankState(0, True, front(DDP_INTERNAL, 1), 10.0), peer]
+    assert decide_twice(HangDecider(), both_unseen, 10.0) == (None, None)
 
 
 def test_short_or_stale_reports_decide_nothing() -> None:

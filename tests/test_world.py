@@ -18,6 +18,7 @@ from chaoslight import ChaosError, Event, InvalidArgument, Outcome, World
 from chaoslight._report._outcome import overall, settle
 from chaoslight._report._text import death_line
 from chaoslight._world import ExceptionInfo, RankResult
+from chaoslight._world._forkserver import supported as forkserver_supported
 from chaoslight._world._slot import Slot, WorkersDidNotStart, worker_environment
 from chaoslight._world._target import parse_target
 
@@ -442,7 +443,7 @@ def test_close_after_an_exception_kills_every_worker() -> None:
     """Leaving the with block by an exception kills the workers at once."""
     with pytest.raises(ZeroDivisionError), World(size=2) as pool:
         sessions = set(pool.processes)
-        assert len(sessions) == 2
+        assert len(sessions) == (4 if forkserver_supported() else 2)
         _ = 1 / 0
     assert sessions_alive(sessions) == []
     with pytest.raises(ChaosError, match="closed"):
@@ -461,7 +462,7 @@ def test_a_forked_child_leaves_the_parents_world_alone() -> None:
         _, status = os.waitpid(child, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         running = [pid for pid in sessions if _state(pid) not in ("Z", "gone")]
-        assert running == sorted(sessions) and pool._root.is_dir()
+        assert sorted(running) == sorted(sessions) and pool._root.is_dir()
     assert sessions_alive(sessions) == []
 
 
@@ -522,7 +523,8 @@ def test_no_worker_survives_its_parent(how: signal.Signals, tmp_path: Path) -> N
         assert parent.stdout is not None
         root, *pids = parent.stdout.readline().split()
         sessions = {int(pid) for pid in pids}
-        assert len(sessions) == 3  # two ranks and a spare
+        # two ranks and a spare, or two ranks and the servers they were forked from
+        assert len(sessions) == (4 if forkserver_supported() else 3)
         time.sleep(1.0)  # the example is running: both ranks sit in the Delay
         parent.send_signal(how)
         parent.wait(timeout=30)

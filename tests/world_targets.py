@@ -82,11 +82,14 @@ def _handler_name(signum: int) -> str:
 
 def state() -> dict[str, Any]:
     """Report what a previous example might have left behind, then fit (needs the group)."""
+    files = sorted(os.listdir("."))
+    if dist.is_initialized():  # the ranks share the folder: all list it before any probes it
+        dist.barrier()  # (tempfile.gettempdir() below writes a probe file there)
     seen = {
         "dtype": str(torch.get_default_dtype()),
         "threads": torch.get_num_threads(),
         "group": dist.is_initialized(),
-        "files": sorted(os.listdir(".")),
+        "files": files,
         "cwd_is_tmpdir": os.path.samefile(os.getcwd(), tempfile.gettempdir()),
         "env": os.environ.get("CHAOSLIGHT_TEST_LEFTOVER"),
         "world_size": os.environ.get("WORLD_SIZE"),  # Lightning's teardown deletes it
@@ -166,3 +169,16 @@ def files_after_a_while() -> list[str]:
 
     time.sleep(4.0)
     return sorted(os.listdir("."))
+
+
+def process_identity() -> dict[str, int]:
+    """What a rank's interpreter drew for itself: its string-hash seed (seen through a
+    hash), numpy's global seed (seen through a draw), and who started it."""
+    import numpy
+
+    return {
+        "hash": hash("chaoslight"),
+        "numpy": int(numpy.random.randint(2**31)),
+        "parent": os.getppid(),
+        "pid": os.getpid(),
+    }

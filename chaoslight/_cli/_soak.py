@@ -55,7 +55,7 @@ def add_command(commands: Any) -> None:
         "seconds, drawn from --seed) at the (site, step) points the fault-free run reaches; "
         "a job a fault ended is restarted, as a cluster requeues it; every run is judged by "
         "the oracle and the checks. The whole soak is written to --out: `chaoslight replay "
-        "FILE` runs its first finding (shrunk), `chaoslight soak --replay FILE` every job. "
+        "FILE` runs each finding (shrunk), `chaoslight soak --replay FILE` every job. "
         "Exit 0: clean; 1: a finding; 2: usage error; 3: internal error; 130: Ctrl-C.",
     )
     parser.add_argument(
@@ -164,7 +164,8 @@ def _summary(console: Console, result: SoakResult, out: Path) -> None:
     console.print(f"written to {out}")
     headline = result.headline()
     console.print(
-        f"replay the first finding: {replay_command(out, headline)}"
+        f"replay the finding{'s' if len(result.findings) > 1 else ''}: "
+        f"{replay_command(out, headline)}"
         if result.findings
         else f"replay: {replay_command(out, headline)}"
     )

@@ -1,5 +1,5 @@
 """The actions of the kinds that damage data instead of raising (``_schedule/_data_faults``):
-entered in ``_engine.ACTIONS`` beside every other kind's, kept here for the engine's size.
+entered in ``_actions.ACTIONS`` beside every other kind's, written here with their sites.
 
 Each is called as ``action(engine, fault, firing)`` before the wrapped call. A flip acts
 at once, on the trainer's tensors; the others wrap the call itself (``firing.around``):

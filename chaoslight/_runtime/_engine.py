@@ -1,4 +1,5 @@
-"""The engine behind ``inject``: decides, per site call, which faults fire, and fires them.
+"""The engine behind ``inject``: decides, per site call, which faults fire, and fires them
+(what each kind does is its action, in ``_actions.ACTIONS``).
 
 Every decision is a function of the schedule and what this process has seen (its rank,
 the trainer's step, how often each site was called), never of randomness or of other
@@ -13,44 +14,17 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import IO, Any
 
-from chaoslight._runtime._context import current_rank, device_of, environment_rank, step_of
-from chaoslight._runtime._data_actions import (
-    apply_bad_checkpoint,
-    apply_drop_batch,
-    apply_flip,
-    apply_repeat_batch,
-)
-from chaoslight._runtime._deliberate import mark
+from chaoslight._runtime._actions import ACTIONS, Firing
+from chaoslight._runtime._context import current_rank, environment_rank, step_of
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
-from chaoslight._runtime._halt import abort_group, freeze
-from chaoslight._runtime._hard_crash import die_of
-from chaoslight._runtime._memory import MemoryLedger, simulated_oom
+from chaoslight._runtime._memory import MemoryLedger
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
 from chaoslight._runtime._resolve import check_allocation_memory, exception_classes
 from chaoslight._runtime._threads import InternalCalls, PerThread, SiteEntry
-from chaoslight._schedule._faults import (
-    OOM,
-    Allocate,
-    BadCheckpoint,
-    Corrupt,
-    Crash,
-    Delay,
-    DropBatch,
-    DropSync,
-    Fault,
-    Flip,
-    Freeze,
-    PgAbort,
-    Preempt,
-    Raise,
-    ReorderReduction,
-    RepeatBatch,
-)
+from chaoslight._schedule._faults import Fault, ReorderReduction
 from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
 from chaoslight._sites._reorder import NATURAL
@@ -58,22 +32,6 @@ from chaoslight._sites._reorder import NATURAL
 # Steps remembered per site: what a never-fired fault's note says, and the reach a search
 # records in its baseline run to draw only (site, step) points that really happen.
 MAX_STEPS_SEEN = 512
-
-
-@dataclass
-class Firing:
-    """The faults that fire at one site call, the order every rank sums in there (a
-    reorder on any rank), and what their actions ask of the wrapped call: skip it, or
-    poison its result with these values."""
-
-    rank: int
-    step: int | None
-    faults: list[Fault] = field(default_factory=list)
-    reorder: str | None = None
-    skip: bool = False
-    poison: list[float] = field(default_factory=list)
-    # Wrappers of the call (outermost last): a fetch that reads twice, a damaged load.
-    around: list[Callable[[Any], Any]] = field(default_factory=list)
 
 
 class Engine:
@@ -283,13 +241,6 @@ class Engine:
                 result = behaviour.poison(result, args, kwargs, value)
         return result
 
-    def _allocate(self, fault: Allocate, step: int | None) -> None:
-        release = None
-        if fault.hold_steps is not None and step is not None:
-            release = step + fault.hold_steps
-        with self.internal():
-            self.ledger.allocate(fault.nbytes, device_of(self.trainer), release, str(fault))
-
     def _release_due(self, rank: int, step: int | None) -> None:
         for hold in self.ledger.release_due(step):
             self.record(FREED, "memory", rank, step, hold.fault, detail=f"{hold.nbytes} bytes")
@@ -351,80 +302,3 @@ class Engine:
             if self._sink is not None:
                 self._sink.close()
                 self._sink = None
-
-
-# What each kind does when it fires, before the wrapped call: one entry per fault class
-# (a new kind adds its own), named ``_apply_<kind>`` so a traceback says which fault.
-Action = Callable[[Engine, Any, Firing], None]
-
-
-def _apply_delay(engine: Engine, fault: Delay, firing: Firing) -> None:
-    time.sleep(fault.seconds)
-
-
-def _apply_oom(engine: Engine, fault: OOM, firing: Firing) -> None:
-    __tracebackhide__ = True
-    error = simulated_oom(fault.nbytes, firing.rank, str(fault))
-    if fault.aborts():
-        raise error
-    engine.pending_oom = error  # CUDA reports it late: at the next sync point
-
-
-def _apply_allocate(engine: Engine, fault: Allocate, firing: Firing) -> None:
-    engine._allocate(fault, firing.step)
-
-
-def _apply_drop_sync(engine: Engine, fault: DropSync, firing: Firing) -> None:
-    firing.skip = True
-
-
-def _apply_reorder(engine: Engine, fault: ReorderReduction, firing: Firing) -> None:
-    """Nothing before the call: ``_match`` chose the order every rank sums in."""
-
-
-def _apply_raise(engine: Engine, fault: Raise, firing: Firing) -> None:
-    __tracebackhide__ = True
-    raise mark(engine.exceptions[fault.exception](*fault.args))
-
-
-def _apply_corrupt(engine: Engine, fault: Corrupt, firing: Firing) -> None:
-    firing.poison.append(float(fault.value))
-
-
-def _apply_crash(engine: Engine, fault: Crash, firing: Firing) -> None:
-    __tracebackhide__ = True
-    # Every event is already flushed to the kernel; the log stays open, so a rank that
-    # survives the signal (a SIGTERM handler) keeps recording.
-    die_of(fault.signal)
-
-
-def _apply_preempt(engine: Engine, fault: Preempt, firing: Firing) -> None:
-    engine.notices.deliver(fault, firing.rank, firing.step)
-
-
-def _apply_freeze(engine: Engine, fault: Freeze, firing: Firing) -> None:
-    freeze(fault.seconds, fault.how)
-
-
-def _apply_pg_abort(engine: Engine, fault: PgAbort, firing: Firing) -> None:
-    __tracebackhide__ = True
-    raise abort_group(str(fault))
-
-
-ACTIONS: dict[type[Fault], Action] = {
-    Delay: _apply_delay,
-    OOM: _apply_oom,
-    Allocate: _apply_allocate,
-    DropSync: _apply_drop_sync,
-    ReorderReduction: _apply_reorder,
-    Raise: _apply_raise,
-    Corrupt: _apply_corrupt,
-    Crash: _apply_crash,
-    Preempt: _apply_preempt,
-    Flip: apply_flip,
-    RepeatBatch: apply_repeat_batch,
-    DropBatch: apply_drop_batch,
-    BadCheckpoint: apply_bad_checkpoint,
-    Freeze: _apply_freeze,
-    PgAbort: _apply_pg_abort,
-}

@@ -136,15 +136,17 @@ def die_with_parent(signum: int = signal.SIGKILL) -> Callable[[], None] | None:
     The signal comes when the *thread* that started the child ends, so the starting thread
     must outlive the child (the main thread does).
     """
+    if _prctl() is None:
+        return None
+    return functools.partial(die_with, os.getpid(), int(signum))
+
+
+def die_with(parent: int, signum: int = signal.SIGKILL) -> None:
+    """In a child of ``parent``, just after the fork: the kernel sends ``signum`` when the
+    parent dies. A system call, nothing more (safe between fork and exec)."""
     prctl = _prctl()
     if prctl is None:
-        return None
-    parent = os.getpid()
-    number = int(signum)
-
-    def arm() -> None:  # in the child between fork and exec: a system call, nothing more
-        prctl(PR_SET_PDEATHSIG, number)
-        if os.getppid() != parent:  # the parent died before prctl: no signal will come
-            os._exit(1)
-
-    return arm
+        return
+    prctl(PR_SET_PDEATHSIG, int(signum))
+    if os.getppid() != parent:  # the parent died before prctl: no signal will come
+        os._exit(1)

@@ -3,7 +3,7 @@ lost, a checkpoint that reads back damaged.
 
 Kept beside ``_faults.py`` (which imports and re-exports them, so they are registered
 with every other kind) to hold that module within its size budget; each is one kind as
-``_kind.py`` describes, with its action in ``_runtime/_engine.py`` and its strategy in
+``_kind.py`` describes, with its action in ``_runtime/_actions.py`` and its strategy in
 ``_search/_strategies.py``.
 """
 

@@ -4,7 +4,7 @@ Pure data. Every fault is a frozen dataclass validated in its constructor, so a 
 schedule fails where it is written, with a message that names the field and value.
 
 Each kind sets its traits (``_kind.py`` says what each means) and is registered by
-``@fault_kind``. Adding a kind is its class here, its action in ``_runtime/_engine.py``
+``@fault_kind``. Adding a kind is its class here, its action in ``_runtime/_actions.py``
 and its strategy in ``_search/_strategies.py``.
 """
 

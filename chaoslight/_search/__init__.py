@@ -21,8 +21,8 @@ from chaoslight._search._job import Job, Quiet, make_job
 from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._reach import Reach
+from chaoslight._search._schedule_strategies import schedules
 from chaoslight._search._settings import DEFAULT_TIMEOUT_S, Settings, with_keywords
-from chaoslight._search._strategies import schedules
 from chaoslight._world import Outcome, World
 
 __all__ = [

@@ -7,245 +7,41 @@ reference, and the search goes on looking for the user's own bugs; ``strict=True
 (``chaoslight fuzz --strict``) makes it a failure like any other. A finding that
 matches no entry stays the user's, even when every frame is in Lightning.
 
-Adding an issue is one ``KnownIssue(...)`` in ``KNOWN_ISSUES`` (and its test).
+Adding an issue is one ``KnownIssue(...)`` in ``KNOWN_ISSUES`` (and its test). What an
+issue is and how a run's release is found: ``_known_issue.py``; the signatures, by
+concept: ``_known_sigterm.py`` (Lightning's SIGTERM path), ``_known_workers.py`` (a
+group SIGTERM), ``_known_silent.py`` (damage a check sees); where a rank was:
+``_known_frames.py``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import lru_cache
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from chaoslight._checks._exits import ExitStatus, run_label
-from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, known_issue_block
-from chaoslight._search._hangs import SIZE_MISMATCH
+from chaoslight._report import HUNG
+from chaoslight._search._known_issue import (
+    KnownFinding,
+    KnownIssue,
+    package_in_stacks,
+    package_of,
+    parse_version,
+)
+from chaoslight._search._known_sigterm import (
+    broadcast_or_alone,
+    exit_zero_on_sigterm,
+    stopped_alone,
+)
 from chaoslight._search._known_silent import (
     epoch_end_resume_by_steps,
     package_in_facts,
     repeated_batch_after_resume,
     static_graph_first_step,
 )
-from chaoslight._search._known_workers import (
-    more_than_a_preemption,
-    workers_killed_before_stop,
-)
-from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
+from chaoslight._search._known_workers import workers_killed_before_stop
+from chaoslight._search._preemption import Delivery, deliveries
 
-Version = tuple[int, ...]
-
-
-def parse_version(text: str) -> Version:
-    """'2.5.1' -> (2, 5, 1); a suffix such as 'rc1' or '.post0' is ignored."""
-    numbers = []
-    for part in text.split(".")[:3]:
-        leading = re.match(r"\d+", part)
-        if leading is None:
-            break
-        numbers.append(int(leading.group()))
-    return tuple(numbers)
-
-
-@dataclass(frozen=True)
-class KnownIssue:
-    """One framework bug: where it lives, how to recognise it, what to do about it.
-
-    ``versions`` is ``(first, last)``, inclusive, compared on (major, minor, patch);
-    ``matches(outcome, deliveries)`` is the signature, given a run the oracle failed
-    and the SIGTERMs it delivered that the package's own handler took (none, for an
-    issue that needs no signal). A signature reads the evidence the run left (the hung
-    ranks' stacks, the ranks' errors, the faults that fired, where each rank stopped)
-    and matches only the documented shape: anything wider hides the program's bugs.
-    """
-
-    key: str
-    package: str  # the distribution whose handler ran: "pytorch-lightning" or "lightning"
-    versions: tuple[str, str]
-    title: str
-    signature: str  # the signature in words, as the report prints it
-    reference: str
-    workaround: str
-    matches: Callable[[Any, list[Delivery]], bool]
-
-    def covers(self, package: str, version: str) -> bool:
-        first, last = (parse_version(v) for v in self.versions)
-        return package in _ALIASES.get(self.package, (self.package,)) and (
-            first <= parse_version(version) <= last
-        )
-
-
-# The two distributions ship the same trainer code under two names.
-_ALIASES = {"pytorch-lightning": ("pytorch-lightning", "lightning")}
-
-
-@dataclass(frozen=True)
-class KnownFinding:
-    """A known issue met by a campaign: the issue, the package met, and the run."""
-
-    issue: KnownIssue
-    package: str
-    version: str
-    schedule: Any
-    verdict: Any
-
-    def report(self) -> list[str]:
-        """The known-issue block (``_report/_known.py``)."""
-        issue = self.issue
-        return known_issue_block(
-            f"{self.package} {self.version}: {issue.title}",
-            self.schedule.to_text(),
-            self.verdict.reason,
-            (issue.signature, issue.workaround, issue.reference),
-        )
-
-
-# Lightning's SIGTERM broadcasts (2.5.2-2.6.x), by the file and function that issue them:
-# the one inside its signal handler, and the one at the start of every training batch.
-_SIGTERM_BROADCASTS = (
-    ("trainer/connectors/signal_connector.py", "_sigterm_notifier_fn"),
-    ("loops/training_epoch_loop.py", "_broadcast_sigterm_tensor"),
-)
-_FLAVOURS = ("lightning/pytorch/", "pytorch_lightning/")
-_LOOPS = tuple(f"{flavour}loops/" for flavour in _FLAVOURS)
-_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
-# Frames between a collective's caller and the wait: torch.distributed, chaoslight's sites.
-_PLUMBING = (f"{os.sep}torch{os.sep}distributed{os.sep}", f"{os.sep}wrapt{os.sep}", _PACKAGE)
-_STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\S+)', re.M)  # faulthandler
-_TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
-
-FrameName = tuple[str, str]  # (file name, function)
-
-
-def _threads(stacks: str, current: bool = False) -> list[list[FrameName]]:
-    """A faulthandler dump's threads, innermost frame first; the thread that dumped only
-    when ``current`` (a fatal signal's dump: that thread is the one that died)."""
-    blocks = re.split(r"^(?=Thread 0x|Current thread 0x)", stacks, flags=re.M)
-    return [
-        _STACK_FRAME.findall(b)
-        for b in blocks
-        if b.startswith("Thread 0x") or (current and b.startswith("Current thread"))
-    ]
-
-
-def _crash_dump(result: Any) -> str:
-    """The faulthandler dump a rank that died by a fatal signal (gloo's abort on a
-    collective size mismatch, say) left at the end of its output."""
-    if result.status != CRASHED:
-        return ""
-    _, found, dump = (result.output or "").rpartition("Fatal Python error")
-    return dump if found else ""
-
-
-def _traceback_frames(text: str) -> list[FrameName]:
-    """The frames of the exception a traceback ends with, innermost first."""
-    last = text.rsplit("Traceback (most recent call last):", 1)[-1]
-    return _TRACEBACK_FRAME.findall(last)[::-1]
-
-
-def _collective_caller(frames: list[FrameName]) -> FrameName | None:
-    """The frame that issued the collective these frames wait in (None: not in one)."""
-    if not frames or f"{os.sep}torch{os.sep}distributed{os.sep}" not in frames[0][0]:
-        return None
-    return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
-
-
-def _blocked_in(result: Any) -> FrameName | None:
-    """Who issued the collective a rank was blocked in: from its stacks when it hung or died
-    by a fatal signal, else from the torch.distributed error that released it."""
-    for frames in [*_threads(result.stacks or ""), *_threads(_crash_dump(result), True)]:
-        caller = _collective_caller(frames)
-        if caller is not None:
-            return caller
-    exc = result.exception
-    if exc is not None and exc.distributed:
-        return _collective_caller(_traceback_frames(exc.traceback))
-    return None
-
-
-def _is_sigterm_broadcast(caller: FrameName) -> bool:
-    filename, function = caller
-    return any(
-        function == name and filename.endswith(flavour + path)
-        for path, name in _SIGTERM_BROADCASTS
-        for flavour in _FLAVOURS
-    )
-
-
-def _stopped_apart(outcome: Any) -> bool:
-    return len(set(stopping_steps(outcome).values())) > 1
-
-
-def _broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
-    was blocked in Lightning's SIGTERM broadcast (the handler's or the per-batch one)
-    while a peer was in a different collective or had ended, or the ranks stopped at
-    different steps."""
-    if not taken or more_than_a_preemption(outcome):
-        return False
-    where = {r.rank: _blocked_in(r) for r in outcome.ranks}
-    for rank, caller in where.items():
-        if caller is None or not _is_sigterm_broadcast(caller):
-            continue
-        if _stopped_apart(outcome) or any(w != caller for r, w in where.items() if r != rank):
-            return True
-    return False
-
-
-def _stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
-    """Nothing but preemptions struck; a signalled rank raised Lightning's own
-    SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
-    stopped at another step), was released by a transport error or hung."""
-    if not taken or more_than_a_preemption(outcome):
-        return False
-    signalled = {d.rank for d in taken}
-    alone = {
-        r.rank
-        for r in outcome.ranks
-        if r.rank in signalled
-        and r.status == FAILED
-        and r.exception is not None
-        and r.exception.type == "SIGTERMException"
-        and _raised_in_loops(r.exception.traceback)
-    }
-    left = [r for r in outcome.ranks if r.rank not in alone and r.status in (RELEASED, HUNG)]
-    return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
-
-
-def _mismatch_after_handler(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
-    died of gloo's size-mismatch abort: the handler's ``dist.broadcast`` runs wherever the
-    signal lands and pairs with whatever collective a peer is in (DDP's buffer broadcast
-    at forward start, a ``sync_dist`` reduce), and the first collective that pairs two
-    different sizes is that one. No stack shows the handler's frame then: the peer dies
-    in its own collective, and the signalled rank is released from its next one."""
-    if not taken or more_than_a_preemption(outcome):
-        return False
-    return any(
-        r.status == CRASHED and any(words in (r.output or "") for words in SIZE_MISMATCH)
-        for r in outcome.ranks
-    )
-
-
-def _broadcast_or_alone(outcome: Any, taken: list[Delivery]) -> bool:
-    """2.5.2-2.6.x: the handler's or the per-batch broadcast left a peer behind
-    (``_broadcast_in_handler``), or a signalled rank stopped alone (``_stopped_alone``):
-    the per-batch broadcast carries rank 0's flag only, so a SIGTERM that reached another
-    rank alone is seen by that rank's own check at its batch's end, which raises while its
-    peers go on into the next batch's broadcast."""
-    return (
-        _broadcast_in_handler(outcome, taken)
-        or _stopped_alone(outcome, taken)
-        or _mismatch_after_handler(outcome, taken)
-    )
-
-
-def _raised_in_loops(traceback: str) -> bool:
-    frames = _traceback_frames(traceback)
-    return bool(frames) and any(loop in frames[0][0] for loop in _LOOPS)
+__all__ = ["KNOWN_ISSUES", "KnownFinding", "KnownIssue", "match_known", "parse_version"]
 
 
 # A faulthandler frame of Lightning's OnExceptionCheckpoint.on_exception, either flavour.
@@ -259,40 +55,6 @@ def _saved_on_exception(outcome: Any, taken: list[Delivery]) -> bool:
     """A rank hung inside OnExceptionCheckpoint.on_exception (save_checkpoint's barrier)."""
     return any(
         r.status == HUNG and _ON_EXCEPTION_FRAME.search(r.stacks or "") for r in outcome.ranks
-    )
-
-
-def _exit_zero_on_sigterm(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning#19916: the exit-status check failed the job, and in the run it names (the
-    last, or "run N of M" of a restarted job) Lightning's handler took a SIGTERM and every
-    rank that did not return raised Lightning's SIGTERMException from its loops, a
-    SystemExit with no code: exit status 0. A program's own exit 0 is not Lightning's."""
-    runs = (*getattr(outcome, "attempts", ()), outcome)
-    for violation in outcome.violations:
-        if violation.check != ExitStatus.name or not violation.any_end or violation.warning:
-            continue
-        named = [
-            run
-            for number, run in enumerate(runs, 1)
-            if violation.message.startswith(run_label(number, len(runs)))
-        ]
-        run = named[0] if named else outcome
-        if _stopped_by_lightning_with_zero(run):
-            return True
-    return False
-
-
-def _stopped_by_lightning_with_zero(run: Any) -> bool:
-    if not any(d.by_lightning for d in deliveries(run)):
-        return False
-    stopped = [r for r in run.ranks if r.status != PASSED]
-    return bool(stopped) and all(
-        r.status == FAILED
-        and r.exception is not None
-        and r.exception.type == "SIGTERMException"
-        and r.exception.exit_status == 0
-        and _raised_in_loops(r.exception.traceback)
-        for r in stopped
     )
 
 
@@ -340,9 +102,11 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         title="Lightning's SIGTERM handler calls dist.broadcast inside the signal handler",
         signature=(
             "SIGTERM taken by Lightning's handler and no hard fault but preemptions fired; a "
-            "rank waits in Lightning's SIGTERM broadcast (the handler's, or the one at each "
-            "batch start) while a peer is in another collective or has ended, or the ranks "
-            "stopped at different steps; or a signalled rank raised SIGTERMException from "
+            "rank waits in, or was released from, the broadcast Lightning's handler issues "
+            "(it runs wherever the signal lands and pairs with a peer's other collective), "
+            "whatever its peers do; or a rank waits in the broadcast at each batch start "
+            "while a peer is in another collective or has ended, or the ranks stopped at "
+            "different steps; or a signalled rank raised SIGTERMException from "
             "Lightning's loop alone (the per-batch broadcast carries rank 0's flag only) "
             "while a peer not stopped with it ended otherwise; or a rank died of gloo's "
             "size-mismatch abort (the handler's broadcast paired with a collective of "
@@ -353,7 +117,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "issue #20806, released in 2.5.2)"
         ),
         workaround=_WORKAROUND,
-        matches=_broadcast_or_alone,
+        matches=broadcast_or_alone,
     ),
     KnownIssue(
         key="lightning-sigterm-alone",
@@ -368,7 +132,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         ),
         reference="https://github.com/Lightning-AI/pytorch-lightning/issues/20806",
         workaround=_WORKAROUND,
-        matches=_stopped_alone,
+        matches=stopped_alone,
     ),
     KnownIssue(
         key="lightning-on-exception-checkpoint",
@@ -414,7 +178,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "sys.exit(143)` around trainer.fit, or `if trainer.received_sigterm: "
             "sys.exit(143)` after it (examples/known_issues/sigterm_exit_zero.py:train_fixed)"
         ),
-        matches=_exit_zero_on_sigterm,
+        matches=exit_zero_on_sigterm,
     ),
     KnownIssue(
         key="lightning-static-graph-manual-sync",
@@ -511,7 +275,7 @@ def match_known(outcome: Any, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES) -> 
     first = taken or [d for d in earlier if d.by_lightning]
     # A silent bug leaves no signal and no stack: the ranks' own facts name the release.
     found = (
-        _package_of(first[0]) if first else _package_in_stacks(outcome) or package_in_facts(outcome)
+        package_of(first[0]) if first else package_in_stacks(outcome) or package_in_facts(outcome)
     )
     if found is None:
         return None
@@ -519,39 +283,4 @@ def match_known(outcome: Any, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES) -> 
     for issue in issues:
         if issue.covers(package, version) and issue.matches(outcome, taken):
             return issue, package, version
-    return None
-
-
-def _package_of(delivery: Delivery) -> tuple[str, str]:
-    """'lightning (pytorch-lightning 2.6.6)' -> ('pytorch-lightning', '2.6.6')."""
-    inside = delivery.handler.partition("(")[2].rstrip(")")
-    package, _, version = inside.partition(" ")
-    return package, version
-
-
-# A faulthandler frame in Lightning's trainer, either flavour: the folder it is installed in.
-_LIGHTNING_FRAME = re.compile(
-    r'File "(?P<site>[^"]+)/(?P<flavour>lightning/pytorch|pytorch_lightning)/'
-)
-
-
-def _package_in_stacks(outcome: Any) -> tuple[str, str] | None:
-    """The Lightning distribution whose code the hung ranks' stacks run, and its version,
-    read from that installation (the ranks' environment, which need not be this one)."""
-    for result in outcome.ranks:
-        frame = _LIGHTNING_FRAME.search(result.stacks or "")
-        if frame is not None:
-            package = (
-                "lightning" if frame["flavour"] == "lightning/pytorch" else "pytorch-lightning"
-            )
-            version = _installed_version(frame["site"], package)
-            return (package, version) if version is not None else None
-    return None
-
-
-@lru_cache(maxsize=8)
-def _installed_version(site: str, package: str) -> str | None:
-    for distribution in metadata.distributions(path=[site]):
-        if distribution.metadata["Name"].lower() == package:
-            return distribution.version
     return None

@@ -33,7 +33,7 @@ from chaoslight._schedule._validate import (
 )
 from chaoslight._search._database import check_database
 from chaoslight._search._failure import DEFAULT_CHECKS
-from chaoslight._search._strategies import schedules
+from chaoslight._search._schedule_strategies import schedules
 
 # Seconds a rank of a search's run may go without progress before it counts as hung: short,
 # as a search runs many short examples (a World run alone waits longer, ``World.run``).

@@ -1,10 +1,10 @@
 """A soak's record: every job with its verdict, the findings, and how the soak ended.
 
-The record is a failure file (``chaoslight replay FILE`` runs its headline: the first
-finding's shrunk schedule; for a clean soak the job that fired the most faults) with
-the soak under ``"soak"``: its seed, MTBF, job length, the findings, and every job's
-schedule and verdict, in order. ``replay_soak`` runs them all again and says which
-verdicts differ.
+The record is a failure file whose headline is the first finding's shrunk schedule (for
+a clean soak the job that fired the most faults), with the soak under ``"soak"``: its
+seed, MTBF, job length, the findings, and every job's schedule and verdict, in order.
+``chaoslight replay FILE`` runs each finding (``soak_failures``), or the headline of a
+clean soak; ``replay_soak`` runs every job again and says which verdicts differ.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,30 @@ def load_soak(path: str | Path) -> tuple[Failure, dict[str, Any], list[JobRecord
     if not isinstance(section, dict) or not isinstance(section.get("jobs"), list):
         raise InvalidSchedule(f"{str(path)!r} is a failure file but not a soak's record")
     return failure, section, [JobRecord.from_dict(item) for item in section["jobs"]]
+
+
+def soak_failures(path: str | Path) -> list[Failure] | None:
+    """One failure per finding of a soak file, in order: the finding's shrunk schedule (or
+    its job's, when it was not shrunk), its reason and status, with the file's target,
+    world size, timeout and checks; None when the file holds no soak."""
+    failure = Failure.load(path)  # a plain schedule file (text or JSON) is no soak
+    text = Path(path).read_text(encoding="utf-8")
+    doc = json.loads(text) if '"chaoslight_failure"' in text else None
+    section = doc.get("soak") if isinstance(doc, dict) else None
+    if not isinstance(section, dict):
+        return None
+    findings = section.get("findings", [])
+    if not isinstance(findings, list):
+        raise InvalidSchedule(f"{str(path)!r}: the soak's 'findings' must be a list")
+    return [_finding_failure(failure, index, item) for index, item in enumerate(findings)]
+
+
+def _finding_failure(failure: Failure, index: int, doc: Any) -> Failure:
+    if not isinstance(doc, dict) or "schedule" not in doc:
+        raise InvalidSchedule(f"finding {index + 1} of a soak file is an object with a 'schedule'")
+    schedule = Schedule.from_dict(doc.get("minimal", doc["schedule"]))
+    reason, status = (str(doc.get(key, "")) for key in ("reason", "status"))
+    return replace(failure, schedule=schedule, reason=reason, status=status or FOUND)
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,11 @@
-"""Hypothesis strategies for chaoslight schedules (public as ``chaoslight.strategies``).
-
-    from chaoslight.strategies import schedules
-
-    @given(schedule=schedules(world_size=2, steps=4, faults=["raise", "oom"]))
-    def test_errors_surface(chaos_world, schedule): ...
+"""The strategy of each fault kind (``KIND_STRATEGIES``), public as ``chaoslight.strategies``.
 
 Every strategy validates its arguments when it is built, with the same bounds and words
 as a World and the CLI (``world_size=0 must be at least 1``), and shrinks towards the
-simplest failing schedule: fewer faults, lower ranks, earlier steps, smaller delays and
-allocations, and the simpler kind (``KINDS``, simplest first). Each kind's strategy is
-entered in ``KIND_STRATEGIES`` by its fault class; where it draws sites and whether the
-default search draws it are the class's traits.
+simplest fault: lower ranks, earlier steps, smaller delays and allocations. Each kind's
+strategy is entered in ``KIND_STRATEGIES`` by its fault class; where it draws sites and
+whether the default search draws it are the class's traits. A whole schedule, the kinds
+drawn together and the restarts, is composed in ``_schedule_strategies``.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ from hypothesis import strategies as st
 
 from chaoslight._schedule import (
     DRAWN_ORDERS,
-    FAULT_KINDS,
     OOM,
     Allocate,
     Corrupt,
@@ -33,19 +27,15 @@ from chaoslight._schedule import (
     DropSync,
     Fault,
     InvalidArgument,
-    MemoryBudget,
     Preempt,
     Raise,
     ReorderReduction,
-    Schedule,
 )
 from chaoslight._schedule._data_faults import BadCheckpoint, DropBatch, Flip, RepeatBatch
 from chaoslight._schedule._faults import FREEZE_HOWS, MAX_DELAY_SECONDS, Freeze, PgAbort
 from chaoslight._schedule._validate import (
     BYTES_WHY,
-    FAULTS_WHY,
     MAX_BYTES,
-    MAX_FAULTS,
     check_bounded_int,
     check_count,
 )
@@ -58,10 +48,8 @@ from chaoslight._search._data_strategies import (
 )
 from chaoslight._search._drawing import kind_faults as _kind
 from chaoslight._search._drawing import space_for as _space
-from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._minimize import DELAY_GRID
 from chaoslight._search._reach import Reach
-from chaoslight._search._recovery import bind_to_second_run, can_draw_at, resume_sites
 
 
 def delays(
@@ -292,97 +280,3 @@ KIND_STRATEGIES: dict[type[Fault], Builder] = {
     DropBatch: dropped_batches,
     BadCheckpoint: bad_checkpoints,
 }
-
-
-def one_fault(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    reach: Reach | None = None,
-    faults: Iterable[str] | None = None,
-    in_process: bool = False,
-) -> st.SearchStrategy[Fault]:
-    """One fault of any allowed kind. Shrinks to the simplest kind, then as that kind does.
-
-    ``in_process=True`` never draws a crash (it would kill the process running the test).
-    """
-    space = _space(world_size, steps, sites, reach)
-    kinds = [FAULT_KINDS[k] for k in resolve_kinds(faults, in_process)]
-    usable = [cls for cls in kinds if space.can_take(cls.drawn_at)]
-    if not usable:
-        raise InvalidArgument(f"no fault kind can fire at sites={tuple(space.sites)!r}")
-    options = {"world_size": world_size, "steps": steps, "sites": space.sites, "reach": reach}
-    return st.one_of(*(KIND_STRATEGIES[cls](**options) for cls in usable))
-
-
-def schedules(
-    *,
-    world_size: int = 2,
-    steps: int = 8,
-    sites: Iterable[str] | None = None,
-    reach: Reach | None = None,
-    faults: Iterable[str] | None = None,
-    max_faults: int = 3,
-    memory_budget: MemoryBudget | None = None,
-    in_process: bool = False,
-) -> st.SearchStrategy[Schedule]:
-    """Schedules of 1..max_faults faults. Shrinks to fewer faults first, then each fault
-    to a lower rank, an earlier step, a smaller size and a simpler kind.
-
-    By default it draws every fault a correct program can meet in production (delays,
-    raised errors, OOMs, crashes, allocations, reorders on every rank); the oracle
-    (``docs/explanation/oracle.md``) judges each run by the faults that fired. ``faults=[...]``
-    narrows or widens the kinds (``"drop_sync"``, ``"corrupt"`` are drawn only when
-    named). ``reach`` (a run's recorded reach) draws only the (site, step) points that run
-    reached, over the whole run, with weight on the user's own hooks; without it, steps
-    are ``0..steps-1`` at ``sites``. ``in_process=True`` never draws a crash. With crashes
-    or preemptions it also draws one restart (shrinking to none), and with a restart some
-    faults bound to run 2 (``run=2``, shrinking to unbound): the job fails again while it
-    resumes. With a ``reach`` these include the sites only a resumed run reaches
-    (the checkpoint read back: ``_recovery.RESUME_SITES``), at no step.
-    """
-    check_bounded_int("max_faults", max_faults, 1, MAX_FAULTS, FAULTS_WHY)
-    one = one_fault(
-        world_size=world_size,
-        steps=steps,
-        sites=sites,
-        reach=reach,
-        faults=faults,
-        in_process=in_process,
-    )
-    # After a crash or a preemption a cluster restarts the job: draw that too.
-    kinds = resolve_kinds(faults, in_process)
-    killing = not in_process and any(FAULT_KINDS[k].kills_process for k in kinds)
-    drawn = st.lists(one, min_size=1, max_size=max_faults)
-    if not killing:
-        return drawn.map(lambda items: Schedule(items, memory_budget=memory_budget))
-    # With a restart, a fault may strike again while the job resumes: some drawn faults
-    # bound to run 2 (one in four; shrinking to none), and, where a baseline's reach says
-    # where runs go, one at a site only a resumed run reaches (the baseline never loads a
-    # checkpoint), bound to run 2 and to no step: whenever the resume reaches it.
-    at_resume = resume_sites(sites, reach)
-    resume = (
-        st.lists(
-            one_fault(world_size=world_size, steps=steps, sites=at_resume, faults=faults).map(
-                lambda f: replace(f, step=None, run=2)
-            ),
-            max_size=1,
-        )
-        if at_resume and can_draw_at(at_resume, kinds)
-        else st.just([])
-    )
-
-    def build(items: list[Fault], again: int, bind: list[int], extra: list[Fault]) -> Schedule:
-        if again:
-            items = bind_to_second_run(items, bind, memory_budget)
-            items += extra[: max_faults - len(items)]
-        return Schedule(items, memory_budget=memory_budget, restarts=again)
-
-    return st.builds(
-        build,
-        drawn,
-        st.sampled_from((0, 1)),
-        st.lists(st.integers(0, 3), min_size=max_faults, max_size=max_faults),
-        resume,
-    )

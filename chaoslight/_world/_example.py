@@ -195,11 +195,23 @@ class Example:
                 self.watches[slot.rank].asked = True  # it reports its position with the hang
                 slot.send(Dump(self.ident, hung=self.decision.why(slot.rank)))
         elif not self.let_go:
-            answered = all(self.watches[slot.rank].hang is not None for slot in self._blocked())
+            # A rank stopped for good can neither answer nor end: not waited for.
+            answered = all(
+                self.watches[slot.rank].hang is not None
+                for slot in self._blocked()
+                if not self._frozen_for_good(slot)
+            )
             if answered or now >= (self.first_hang or now) + ACK_S:
                 self.let_go = True
                 for slot in self._blocked():
                     slot.send(Dump(self.ident, release=True))
+                    if self._frozen_for_good(slot):  # killed now, not at the release grace
+                        slot.kill()
+                        self.watches[slot.rank].killed = True
+
+    def _frozen_for_good(self, slot: Slot) -> bool:
+        front = self.watches[slot.rank].front
+        return front is not None and front.frozen_for_good
 
     def _blocked(self) -> list[Slot]:
         """The slots of pending ranks the decision names."""

@@ -21,8 +21,14 @@ from chaoslight._runtime._protocol import as_checks, progress_timeout
 from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._model import Schedule
-from chaoslight._schedule._validate import check_ranks_fit, check_seconds, check_world_size
+from chaoslight._schedule._validate import (
+    check_bool,
+    check_ranks_fit,
+    check_seconds,
+    check_world_size,
+)
 from chaoslight._world._example import Example, Watch
+from chaoslight._world._forkserver import ForkServer, supported
 from chaoslight._world._judging import apply_checks
 from chaoslight._world._pump import Lost, pump
 from chaoslight._world._restart import run_with_restarts
@@ -90,6 +96,12 @@ class World:
     that dies is ``crashed``; the others are released; dead or stuck workers are replaced. On
     ``close`` (also on garbage collection and at interpreter exit) every worker process
     and anything it started is killed.
+
+    ``fork=True`` (Linux): each rank has a fork server that imports torch, Lightning and
+    ``preload`` once and forks that rank's workers, so a replaced rank is up in
+    milliseconds; each rank keeps its own string-hash seed, as under torchrun. Elsewhere, or
+    with ``fork=False``, every worker is a fresh interpreter and ``spares`` of them are kept
+    imported, ready to replace a dead rank.
     """
 
     def __init__(
@@ -100,9 +112,11 @@ class World:
         preload: tuple[str, ...] = ("lightning.pytorch",),
         spares: int = 1,
         python: str | None = None,
+        fork: bool = True,
     ) -> None:
         check_world_size("size", size)
         check_world_size("spares", spares, minimum=0, what="spare")
+        check_bool("fork", fork)
         self.size = size
         self.spares = spares
         self.start_timeout = check_seconds("start_timeout", start_timeout)
@@ -113,16 +127,34 @@ class World:
         self._spares: list[Slot] = []  # started and imported, waiting to replace a rank
         self._every: list[Slot] = []  # every worker not yet closed: what shutdown kills
         self._selector = selectors.DefaultSelector()
+        self._servers: list[ForkServer] = []  # one per rank, where workers are forked
         reaper = start_reaper(self._python, str(self._root))
         self._finalizer = weakref.finalize(
-            self, shutdown, os.getpid(), self._every, self._selector, str(self._root), reaper
+            self,
+            shutdown,
+            os.getpid(),
+            self._every,
+            self._selector,
+            str(self._root),
+            reaper,
+            self._servers,
         )
         self._gen = 0
         self._group_ok = False
         self._count = 0
         self._spawned = 0
         self.closed = False
-        self._spawn_missing()
+        try:
+            if fork and supported():
+                for rank in range(size):
+                    log = self._root / f"server-{rank}.log"
+                    self._servers.append(
+                        ForkServer(rank, self._python, self._env, log, self.start_timeout)
+                    )
+            self._spawn_missing()
+        except BaseException:
+            self.close()
+            raise
 
     # -- public -----------------------------------------------------------------------
     def __enter__(self) -> World:
@@ -142,8 +174,9 @@ class World:
 
     @property
     def processes(self) -> list[int]:
-        """Every worker process the World holds, spares included."""
-        return [slot.pid for slot in self._every]
+        """Every process the World holds: the workers (spares included) and the fork
+        servers they come from."""
+        return [slot.pid for slot in self._every] + [s.proc.pid for s in self._servers]
 
     def start(self, timeout: float = WORLD_TIMEOUT_S) -> World:
         """Wait until every rank (and spare) is up and the process group exists.
@@ -220,14 +253,17 @@ class World:
                 continue
             if slot is not None:
                 self._drop(slot)
-            fresh = self._take_spare() or self._spawn()
+            fresh = self._take_spare() or self._spawn(rank)
             fresh.rank = rank
             self._slots[rank] = fresh
             self._group_ok = False
 
-    def _spawn(self) -> Slot:
+    def _spawn(self, rank: int | None = None) -> Slot:
+        """A new worker: forked by ``rank``'s server where there are servers."""
         self._spawned += 1
-        slot = Slot(self._python, self._env, self._root / f"worker-{self._spawned}.log")
+        log = self._root / f"worker-{self._spawned}.log"
+        server = self._servers[rank] if self._servers and rank is not None else None
+        slot = Slot(self._python, self._env, log, server)
         self._selector.register(slot.msgs, selectors.EVENT_READ, slot)
         self._every.append(slot)
         return slot
@@ -247,7 +283,8 @@ class World:
 
     def _top_up_spares(self) -> None:
         self._drop_dead_spares()
-        while len(self._spares) < self.spares:
+        # A forked worker is up in milliseconds: no spare is kept waiting where ranks fork.
+        while len(self._spares) < (0 if self._servers else self.spares):
             self._spares.append(self._spawn())
 
     def _drop(self, slot: Slot) -> None:

@@ -10,12 +10,35 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chaoslight._runtime._proc import die_with_parent, exited
 from chaoslight._schedule import ChaosError
 from chaoslight._world._wire import Command, Dump, Reply, decode, encode
+
+
+class Process(Protocol):
+    """A worker process as the World sees it: ``subprocess.Popen`` or a forked one."""
+
+    returncode: int | None
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self) -> int: ...
+
+
+class Forker(Protocol):
+    """What forks workers instead of starting interpreters (``_forkserver.ForkServer``)."""
+
+    def fork(self, fds: tuple[int, int, int], log_path: Path) -> Process: ...
+
+    def abort_if_busy(self) -> None: ...
+
+    def close(self) -> None: ...
+
 
 # The environment contract with the worker processes (read in _worker).
 PATH_VARIABLE = "CHAOSLIGHT_WORLD_PATH"
@@ -102,26 +125,37 @@ class Slot:
     The worker leads its own session, so ``kill`` takes down anything it started too.
     """
 
-    def __init__(self, python: str, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        python: str,
+        env: dict[str, str],
+        log_path: Path,
+        server: Forker | None = None,
+    ) -> None:
         pipes = [os.pipe() for _ in range(3)]  # commands, dump requests, messages
         (cmd_read, cmd_write), (ctl_read, ctl_write), (msg_read, msg_write) = pipes
         child = (cmd_read, ctl_read, msg_write)
         self.log_path = log_path
+        self.proc: Process
         try:
-            with open(log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [python, "-m", "chaoslight._world._worker", *map(str, child)],
-                    pass_fds=child,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    # The worker leads its own session, so a signal to the parent's process group
-                    # never reaches it, and a rank stuck in a collective never reads the end of
-                    # its pipes: the kernel kills it when the parent dies.
-                    preexec_fn=die_with_parent(signal.SIGKILL),
-                )
+            if server is not None:  # forked by the rank's server, which set the same up
+                self.proc = server.fork(child, log_path)
+            else:
+                with open(log_path, "ab") as log:
+                    self.proc = subprocess.Popen(
+                        [python, "-m", "chaoslight._world._worker", *map(str, child)],
+                        pass_fds=child,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                        # The worker leads its own session, so a signal to the parent's
+                        # process group never reaches it, and a rank stuck in a collective
+                        # never reads the end of its pipes: the kernel kills it when the
+                        # parent dies.
+                        preexec_fn=die_with_parent(signal.SIGKILL),
+                    )
         except BaseException as exc:
             for fd in (fd for pair in pipes for fd in pair):
                 os.close(fd)
@@ -141,6 +175,11 @@ class Slot:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def started(self) -> bool:
+        """Whether the process exists yet (a fork waits for its server's imports)."""
+        return getattr(self.proc, "known", 0) is not None
 
     def send(self, msg: Command) -> bool:
         """Write one command (``Dump`` goes to the reader thread); False if the worker is gone."""
@@ -268,6 +307,7 @@ def shutdown(
     selector: selectors.BaseSelector,
     root: str,
     reaper: Any = None,
+    servers: Sequence[Forker] = (),
 ) -> None:
     """Close a World: in the process ``owner`` that made it only. A child forked from it (a
     DataLoader worker, ``os.fork`` in a test) inherits the World's finalizer, and at its
@@ -276,9 +316,15 @@ def shutdown(
         return
     live = list(every)
     for slot in live:
-        slot.kill()
+        if slot.started:
+            slot.kill()
+    for server in servers:
+        server.abort_if_busy()  # still importing: its forks die with it, none is waited for
     for slot in live:
-        slot.close()
+        with contextlib.suppress(WorkersDidNotStart):  # a server that died took its workers
+            slot.close()
+    for server in servers:
+        server.close()
     selector.close()
     shutil.rmtree(root, ignore_errors=True)
     if reaper is not None:

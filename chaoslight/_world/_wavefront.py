@@ -60,6 +60,11 @@ from chaoslight._runtime._trace import COLLECTIVE_SITES
 from chaoslight._world._sched import Reading, asleep, read_threads
 
 GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see above)
+# A collective DDP issues by itself outside autograd (its buffer broadcast or bucket rebuild
+# in ``forward``, its parameter-shape check when built): no site sees it, so its number
+# says nothing and two ranks in it are in the same one. Waiting in it decides a hang only
+# beside a rank frozen for good, or beside a rank waiting in a collective a site saw.
+DDP_INTERNAL = "dist.ddp_internal"
 
 TICK_S = 0.1  # how often a worker looks at its main thread
 REPORT_AFTER_S = 0.3  # a worker reports a collective it has been blocked in this long
@@ -199,8 +204,12 @@ class Tracker:
             # backward that computes runs on this thread and on torch's intra-op threads,
             # all of them running or runnable, never asleep.
             site = GRADIENT_ALLREDUCE
-        elif site not in COLLECTIVE_SITES or not where.startswith(_folder("torch.distributed")):
-            return None  # not in a collective, or in one but not waiting (a Delay sleeps)
+        elif site not in COLLECTIVE_SITES:
+            if not where.startswith((_folder("torch.nn.parallel"), _folder("torch.distributed"))):
+                return None  # not in a collective
+            site = DDP_INTERNAL  # in one that DDP (or a library) issued where no site sees it
+        elif not where.startswith(_folder("torch.distributed")):
+            return None  # in a collective's site but not waiting in it (a Delay sleeps)
         return site, call, step
 
     def in_collective(self) -> bool:
@@ -308,7 +317,8 @@ class HangDecider:
         # them; an injected freeze's verdict needs no more).
         frozen = [s for s in pending if s.front is not None and s.front.frozen_for_good]
         waiting = [s for s in pending if s not in frozen]
-        if not pending or not all(blocked(s, now) for s in waiting):
+        beside = bool(frozen) or any(f.site != DDP_INTERNAL for f in fronts.values())
+        if not pending or not all(blocked(s, now, beside) for s in waiting):
             self.suspect = None
             return None
         if ended:
@@ -317,7 +327,7 @@ class HangDecider:
                 return None  # gloo may still release them
         elif frozen:
             pass
-        elif len({(f.site, f.seq) for f in fronts.values()}) < 2:
+        elif len({where(f) for f in fronts.values()}) < 2:
             self.suspect = None  # one collective, one number: waiting for a straggler
             return None
         picture = (
@@ -333,10 +343,21 @@ class HangDecider:
         return HangDecision(dict(sorted(fronts.items())), dict(sorted(gone.items())))
 
 
-def blocked(seen: RankState, now: float) -> bool:
-    """The rank reported, recently, a collective it has been blocked in for ``BLOCKED_S``."""
+def where(front: Front) -> tuple[str, int]:
+    """The collective a rank waits in: its site and number (none for one no site saw)."""
+    return front.site, -1 if front.site == DDP_INTERNAL else front.seq
+
+
+def blocked(seen: RankState, now: float, unseen_counts: bool = False) -> bool:
+    """The rank reported, recently, a collective it has been blocked in for ``BLOCKED_S``
+    (one no site saw only where ``unseen_counts``: see ``DDP_INTERNAL``)."""
     front = seen.front
-    return front is not None and front.blocked_s >= BLOCKED_S and now - seen.front_at <= FRESH_S
+    return (
+        front is not None
+        and front.blocked_s >= BLOCKED_S
+        and now - seen.front_at <= FRESH_S
+        and (front.site != DDP_INTERNAL or unseen_counts)
+    )
 
 
 @dataclass(frozen=True)

@@ -356,8 +356,9 @@ def unpickle_checks(blob: str | None) -> list[Any]:
     return list(decode_pickle(blob)) if blob else []
 
 
-def _prepare() -> None:
-    """sys.path as the parent had it, then the heavy imports, paid once per worker."""
+def prepare() -> None:
+    """sys.path as the parent had it, then the heavy imports, paid once per worker (or
+    once per fork server, whose forked workers inherit them)."""
     for entry in reversed(json.loads(os.environ.get(PATH_VARIABLE, "[]"))):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -373,16 +374,21 @@ def _prepare() -> None:
     gc.freeze()  # later collections skip everything imported so far
 
 
-def main(argv: list[str]) -> None:
-    channel = Channel(int(argv[0]), int(argv[1]), int(argv[2]))
-    faulthandler.enable()  # a segfault or abort leaves its stack in the worker's log
-    channel.reader.start()
-    _prepare()
+def serve(channel: Channel) -> None:
+    """Be a rank until the parent goes: say ready, run its commands, exit without teardown."""
     worker = Worker(channel)
     channel.send(Ready(os.getpid()))
     worker.serve()
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: DDP processes sometimes abort there
+
+
+def main(argv: list[str]) -> None:
+    channel = Channel(int(argv[0]), int(argv[1]), int(argv[2]))
+    faulthandler.enable()  # a segfault or abort leaves its stack in the worker's log
+    channel.reader.start()
+    prepare()
+    serve(channel)
 
 
 if __name__ == "__main__":

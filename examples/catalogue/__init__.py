@@ -35,6 +35,10 @@ class Entry:
     which the search never draws). ``causes``: for each of ``buggy``, words the verdict's
     reason contains. ``checks``: checks beyond the default ones, for both twins
     (``--check NAME``). ``flags``: other options the one-line command needs.
+    ``witness``: a minimal failing schedule the default search found (its text form, one
+    fault a line), which the buggy twin fails and the fixed twin passes in one run.
+    ``long_search``: the default search needs more examples than the test suite spends
+    on a search (``benchmarks/catalogue.py`` measures it; the suite replays ``witness``).
     """
 
     name: str
@@ -48,6 +52,8 @@ class Entry:
     world_size: int = 2
     timeout: float = 20.0  # the default; a hang is reported when a rank waits this long
     flags: tuple[str, ...] = ()
+    witness: str | None = None
+    long_search: bool = False
 
     @property
     def path(self) -> Path:
@@ -163,6 +169,66 @@ CATALOGUE: tuple[Entry, ...] = (
         (("SIGTERM", "handled by lightning"),),
         timeout=5.0,  # Lightning's hang is seen at the wavefront; nothing waits this long
         flags=("--strict",),
+    ),
+    # Issue 21's production fault kinds: each entry is found by one of them.
+    Entry(
+        "rank0_prepared_stats",
+        "rank 0 writes a shared file in setup; the other ranks poll for it with no deadline",
+        FOUND,
+        (("frozen", "no deadline"),),
+    ),
+    Entry(
+        "stale_lock_file",
+        "a lock that is a file's existence, left behind by a rank killed while holding it: "
+        "the restarted job waits forever",
+        FOUND,
+        (("run 2 of 2", "file_exists_lock"),),
+        timeout=5.0,  # the restarted rank 0 polls outside every site: seen at the timeout
+        witness="restarts 1\ncrash@torch.save rank=0 step=3 signal=11",  # a native death
+    ),
+    Entry(
+        "retried_collective",
+        "an all-reduce in a retry loop that falls back to the rank's own value: an aborted "
+        "process group's error is swallowed, and the rank dies later of a transport error",
+        FOUND,
+        (("swallowed the injected pg_abort",),),
+        witness="pg_abort@dist.all_reduce rank=0 step=0",
+        long_search=True,  # first found at the 25th run of the benchmark's search
+    ),
+    Entry(
+        "skipped_records",
+        "a sharded stream that skips the records it cannot decode (except EOFError): one "
+        "rank's epoch comes up a batch short",
+        FOUND,
+        (("caught the injected", "EOFError"),),
+    ),
+    Entry(
+        "newest_loadable_checkpoint",
+        "a restarted job resumes from the newest checkpoint *this rank* can load: a read "
+        "that fails on one rank during recovery sends it to an older one",
+        FOUND,
+        (("run 2 of 2", "caught the injected", "run=2"),),
+        witness="restarts 1\ncrash@lightning.training_step rank=0 step=4\n"
+        "bad_checkpoint@torch.load rank=1 run=2",
+    ),
+    Entry(
+        "nonfinite_skip",
+        "manual optimization skips the batch whose loss is not finite, on that rank's own "
+        "loss: a flipped bit (silent data corruption) on one rank hangs the job",
+        FOUND,
+        (("flip@",),),
+        timeout=5.0,  # the hang is two ranks in mismatched collectives: seen in 5 s
+        witness="flip@lightning.training_step rank=0 step=0",
+        long_search=True,
+    ),
+    Entry(
+        "preemption_workers",
+        "preemption handled by an agreed stop, but the DataLoader workers die of the "
+        "scheduler's SIGTERM to the process group before it (KempnerForge#177)",
+        FOUND,
+        (("SIGTERM reached ranks", "DataLoader worker"),),
+        witness="preempt@lightning.training_step step=0 group=true",
+        long_search=True,
     ),
 )
 

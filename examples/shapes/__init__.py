@@ -55,6 +55,8 @@ SHAPES = [
     "iterable_categorical",
     "bucket_batch_sampler",
     "combined_loaders",
+    "caught_bad_record",
+    "caught_side_write",
 ]
 
 # Correct programs that chaoslight currently reports with no fault injected: the name,

@@ -1,0 +1,102 @@
+"""Where a rank was when its run failed, read from the evidence it left: the faulthandler
+stacks of a hung rank, the dump of a rank that died by a fatal signal, the traceback of
+a rank's exception. The known issues' signatures ask these questions (which collective a
+rank waited in and who issued it; whether an exception came from Lightning's loops).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from chaoslight._report import CRASHED
+
+_TREES = ("lightning/pytorch/", "pytorch_lightning/")  # the two installed trainer trees
+_LOOPS = tuple(f"{tree}loops/" for tree in _TREES)
+_PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
+_DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
+# Frames between a collective's caller and the wait: torch.distributed, chaoslight's sites.
+_PLUMBING = (_DISTRIBUTED, f"{os.sep}wrapt{os.sep}", _PACKAGE)
+_STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\S+)', re.M)  # faulthandler
+_TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
+
+FrameName = tuple[str, str]  # (file name, function)
+
+
+def threads(stacks: str, current: bool = False) -> list[list[FrameName]]:
+    """A faulthandler dump's threads, innermost frame first; the thread that dumped only
+    when ``current`` (a fatal signal's dump: that thread is the one that died)."""
+    blocks = re.split(r"^(?=Thread 0x|Current thread 0x)", stacks, flags=re.M)
+    return [
+        _STACK_FRAME.findall(b)
+        for b in blocks
+        if b.startswith("Thread 0x") or (current and b.startswith("Current thread"))
+    ]
+
+
+def crash_dump(result: Any) -> str:
+    """The faulthandler dump a rank that died by a fatal signal (gloo's abort on a
+    collective size mismatch, say) left at the end of its output."""
+    if result.status != CRASHED:
+        return ""
+    _, found, dump = (result.output or "").rpartition("Fatal Python error")
+    return dump if found else ""
+
+
+def traceback_frames(text: str) -> list[FrameName]:
+    """The frames of the exception a traceback ends with, innermost first."""
+    last = text.rsplit("Traceback (most recent call last):", 1)[-1]
+    return _TRACEBACK_FRAME.findall(last)[::-1]
+
+
+def collective_caller(frames: list[FrameName]) -> FrameName | None:
+    """The frame that issued the collective these frames wait in (None: not in one)."""
+    if not frames or _DISTRIBUTED not in frames[0][0]:
+        return None
+    return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
+
+
+def blocked_in(result: Any) -> FrameName | None:
+    """Who issued the collective a rank was blocked in: from its stacks when it hung or died
+    by a fatal signal, else from the torch.distributed error that released it."""
+    for frames in [*threads(result.stacks or ""), *threads(crash_dump(result), True)]:
+        caller = collective_caller(frames)
+        if caller is not None:
+            return caller
+    exc = result.exception
+    if exc is not None and exc.distributed:
+        return collective_caller(traceback_frames(exc.traceback))
+    return None
+
+
+def collective_callers(result: Any) -> list[FrameName]:
+    """Every collective the rank's evidence shows it in, by the frame that issued it: each
+    thread of its stacks, its fatal signal's dump, and its exception when torch.distributed
+    raised it (a rank whose main thread a collective's timeout released shows it there
+    only: its stacks were taken while it waited in native code, with no Python frame of
+    the collective)."""
+    frames = [*threads(result.stacks or ""), *threads(crash_dump(result), True)]
+    exc = result.exception
+    if exc is not None and exc.distributed:
+        frames.append(traceback_frames(exc.traceback))
+    callers = (collective_caller(f) for f in frames)
+    return [caller for caller in callers if caller is not None]
+
+
+def in_lightning(caller: FrameName, functions: tuple[tuple[str, str], ...]) -> bool:
+    """The frame is one of Lightning's ``functions`` ((path under the trainer's tree,
+    function) pairs), in either installed tree (``lightning.pytorch``, ``pytorch_lightning``)."""
+    filename, function = caller
+    return any(
+        function == name and filename.endswith(tree + path)
+        for path, name in functions
+        for tree in _TREES
+    )
+
+
+def raised_in_loops(traceback: str) -> bool:
+    """The exception a traceback ends with was raised in Lightning's loops."""
+    frames = traceback_frames(traceback)
+    return bool(frames) and any(loop in frames[0][0] for loop in _LOOPS)
