@@ -69,6 +69,11 @@ class Forked:
         self.returncode: int | None = None
 
     @property
+    def started(self) -> bool:
+        """Whether the server has forked it and said so (its pid is known)."""
+        return self.known is not None
+
+    @property
     def pid(self) -> int:
         while self.known is None:
             if self.returncode is not None:  # its server was killed before it answered

@@ -179,7 +179,7 @@ class Slot:
     @property
     def started(self) -> bool:
         """Whether the process exists yet (a fork waits for its server's imports)."""
-        return getattr(self.proc, "known", 0) is not None
+        return bool(getattr(self.proc, "started", True))  # a Popen child exists once made
 
     def send(self, msg: Command) -> bool:
         """Write one command (``Dump`` goes to the reader thread); False if the worker is gone."""
