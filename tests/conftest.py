@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,13 @@ LAUNCHER_VARIABLES = (
     "OMP_NUM_THREADS",
 )
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): a worker per core this process may use, at most
+    four. A test's World adds two or three busy rank processes of its own, so more workers
+    than cores only slow every hang verdict's clock."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +114,19 @@ def world3() -> Iterator[Any]:
 
     with World(size=3, spares=0) as world:
         yield world
+
+
+@pytest.fixture
+def lend_world2(world2: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], None]:
+    """Have a module's ``World(size=2)`` lend the session's World (left open): a command
+    run in this process skips the seconds a new World spends importing."""
+
+    @contextmanager
+    def lend(size: int = 2) -> Iterator[Any]:
+        assert size == world2.size, f"lend_world2 lends a 2-rank World, not size={size}"
+        yield world2
+
+    def patch(module: Any) -> None:
+        monkeypatch.setattr(module, "World", lend)
+
+    return patch

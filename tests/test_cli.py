@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,8 @@ def test_fuzz_writes_the_timeline_beside_the_failure_file(
     monkeypatch.setattr(_fuzz, "World", lambda size: contextlib.nullcontext(f"World({size})"))
     monkeypatch.setattr(_fuzz, "fuzz", search)
     monkeypatch.setattr(_fuzz, "replay", replay)
+    (tmp_path / "t.py").write_text("def train():\n    pass\n")  # the target must exist
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "found.json"
     assert main(["fuzz", "t.py:train", "--out", str(out), "--strict"]) == 1
     printed = capsys.readouterr().out
@@ -384,10 +387,13 @@ def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
 
 @pytest.mark.slow
 def test_a_check_that_raises_while_judging_is_an_internal_error_not_a_finding(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    lend_world2: Callable[[Any], None],
 ) -> None:
     """A bug in a check's judge ends the command with exit 3 and the check named: never
     exit 1 (a finding), never a bare traceback alone."""
+    lend_world2(chaoslight._search)  # `check` runs its baseline on the session's World
 
     def broken(self: Any, evidence: Any) -> Any:
         raise KeyError("rows")

@@ -59,16 +59,41 @@ def test_ranks_draw_their_own_seeds_and_a_replaced_rank_comes_from_its_server(
         assert new["hash"] == ranks[1]["hash"]  # the rank's seed, as a rank that survives keeps
         assert new["numpy"] != ranks[1]["numpy"]
         assert after.ranks[0].value["pid"] == ranks[0]["pid"]
+        assert after.ranks[0].value["runs"] == 2  # the surviving rank kept its module state
+
+
+@pytest.mark.slow
+def test_renew_gives_every_rank_a_new_process_from_its_server_and_nothing_carries_over(
+    world2: World,
+) -> None:
+    """World.renew(): new workers forked by the same servers, a new group, no module state
+    from earlier examples, the old workers gone."""
+    servers = [server.proc.pid for server in world2._servers]
+    first, second = (world2.run(IDENTITY, timeout=60) for _ in range(2))
+    assert second.status == "passed", second.report()
+    runs = [second.ranks[r].value["runs"] for r in (0, 1)]
+    assert runs == [first.ranks[r].value["runs"] + 1 for r in (0, 1)]
+    old = world2.pids
+    assert world2.renew() is world2
+    after = world2.run(IDENTITY, timeout=60)
+    assert after.status == "passed", after.report()
+    values = [after.ranks[r].value for r in (0, 1)]
+    assert [v["runs"] for v in values] == [1, 1]
+    assert [v["parent"] for v in values] == servers
+    assert set(world2.pids).isdisjoint(old) and alive(old) == []
+    assert [server.proc.pid for server in world2._servers] == servers
 
 
 def test_closing_a_world_whose_servers_still_import_leaves_nothing() -> None:
     """A World closed at once (its servers still importing torch) kills them; no process or
-    folder survives."""
+    folder survives, and the closed World refuses to renew its ranks."""
     world = World(size=2)
     servers = [server.proc.pid for server in world._servers]
     assert len(servers) == 2 and all(server.waiting for server in world._servers)
     root = world._root
     world.close()
+    with pytest.raises(chaoslight.ChaosError, match="closed"):
+        world.renew()
     deadline = time.monotonic() + 10
     while alive(servers) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,37 @@ def chaoslight(
     )
 
 
+@dataclass
+class Ran:
+    """What a ``chaoslight`` command run in this process printed, and its exit status."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def fuzz_here(
+    lend_world2: Callable[[Any], None],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Callable[..., Ran]:
+    """``chaoslight fuzz`` run by the CLI's ``main`` in this process, on the session's World
+    instead of one of its own: the same parsing, search, report and exit status, without
+    the seconds a new World spends importing (``test_fuzz_finds_shrinks_and_replays_*``
+    runs the real command in a subprocess)."""
+    lend_world2(fuzz_cli)
+
+    def run(*args: str, cwd: Path) -> Ran:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -84,9 +117,19 @@ def chaoslight(
     ],
 )
 def test_usage_errors_exit_2_with_one_line(
-    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each usage error of fuzz/replay exits 2 with one line naming the problem."""
+    """Each usage error of fuzz/replay exits 2 with one line naming the problem, before
+    any World starts."""
+
+    def no_world(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a usage error started a World")
+
+    monkeypatch.setattr(fuzz_cli, "World", no_world)
     schedule = tmp_path / "s.txt"
     schedule.write_text("oom@lightning.forward rank=0 step=0\n")
     argv = [str(schedule) if a == "SCHEDULE" else a for a in argv]
@@ -183,10 +226,12 @@ def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
 
 @pytest.mark.quality
 @pytest.mark.slow
-def test_quality_an_oom_on_every_rank_at_once_is_found_by_the_probes(tmp_path: Path) -> None:
+def test_quality_an_oom_on_every_rank_at_once_is_found_by_the_probes(
+    tmp_path: Path, fuzz_here: Callable[..., Ran]
+) -> None:
     """At world size 2 the bug that needs OOMs on both ranks is found by the all-ranks probe:
     one OOM that fires on every rank at the same step."""
-    found = chaoslight(
+    found = fuzz_here(
         "fuzz",
         f"{TWO_RANKS}:train",
         "--faults",
@@ -231,12 +276,12 @@ def exits():
     ],
 )
 def test_a_broken_target_is_reported_as_failing_with_no_fault(
-    tmp_path: Path, function: str, error: str
+    tmp_path: Path, function: str, error: str, fuzz_here: Callable[..., Ran]
 ) -> None:
     """A target broken on its own is reported with its own error and the empty schedule,
     never with some fault called minimal."""
     (tmp_path / "broken.py").write_text(BROKEN)
-    found = chaoslight(
+    found = fuzz_here(
         "fuzz", f"{tmp_path}/broken.py:{function}", "--max-examples", "5", "--replays", "0",
         cwd=tmp_path,
     )  # fmt: skip
@@ -263,11 +308,13 @@ def every_other_run():
 
 
 @pytest.mark.slow
-def test_a_target_that_fails_in_some_runs_with_no_fault_is_a_finding(tmp_path: Path) -> None:
+def test_a_target_that_fails_in_some_runs_with_no_fault_is_a_finding(
+    tmp_path: Path, fuzz_here: Callable[..., Ran]
+) -> None:
     """A failure seen with no fault in some runs only is the program's own race: exit 1,
     labelled flaky with its rate, never the green exit of a flaky fault."""
     (tmp_path / "racy.py").write_text(RACY)
-    found = chaoslight(
+    found = fuzz_here(
         "fuzz", f"{tmp_path}/racy.py:every_other_run", "--max-examples", "5", "--replays", "2",
         cwd=tmp_path,
     )  # fmt: skip
@@ -277,11 +324,13 @@ def test_a_target_that_fails_in_some_runs_with_no_fault_is_a_finding(tmp_path: P
 
 
 @pytest.mark.slow
-def test_max_time_bounds_the_campaign_and_the_coverage_is_printed(tmp_path: Path) -> None:
+def test_max_time_bounds_the_campaign_and_the_coverage_is_printed(
+    tmp_path: Path, fuzz_here: Callable[..., Ran]
+) -> None:
     """--max-time ends the campaign with its best result, well before the example budget;
     the summary says what was explored."""
     started = time.monotonic()
-    clean = chaoslight(
+    clean = fuzz_here(
         "fuzz", f"{SWALLOWED}:train_fixed", "--max-examples", "100000", "--max-time", "4",
         cwd=tmp_path,
     )  # fmt: skip

@@ -136,6 +136,7 @@ def test_hard_crash_dies_natively_with_faulthandler_dump_and_no_core_file(
     assert list(tmp_path.iterdir()) == []  # no core file, even where the limit allows one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [11, 6])
 def test_a_python_handler_cannot_turn_an_injected_hard_crash_into_an_exception(
     tmp_path: Path, signum: int

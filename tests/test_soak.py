@@ -30,7 +30,6 @@ from chaoslight._search._soak_record import (
     JobRecord,
     SoakResult,
     load_soak,
-    replay_soak,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -205,13 +204,16 @@ def test_the_watchdog_interrupts_a_run_past_its_bound() -> None:
 
 @pytest.mark.slow
 def test_a_short_soak_of_a_correct_program_is_clean_and_replays(
-    world2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    world2: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A few seconds of soak on a correct resumable job: faults fired, no finding, a
-    record that `chaoslight replay`, `replay_soak` and `chaoslight soak --replay` run
-    again with the same verdicts."""
+    record that `chaoslight replay` and `chaoslight soak --replay` run again with the
+    same verdicts."""
     settings = Settings(world_size=2)
-    result = soak(CORRECT, settings, mtbf=1.0, duration=8.0, seed=0, world=world2)
+    result = soak(CORRECT, settings, mtbf=1.0, duration=4.0, seed=0, world=world2)
     assert result.stopped == DURATION
     assert result.findings == [], [f.reason for f in result.findings]
     assert len(result.jobs) >= 2 and sum(result.faults_by_kind().values()) >= 1
@@ -219,11 +221,11 @@ def test_a_short_soak_of_a_correct_program_is_clean_and_replays(
     result.save(path)
     verdict, _ = chaoslight.replay(Failure.load(path), world=world2)
     assert not verdict.failed
-    replayed = replay_soak(path, world=world2)
-    assert len(replayed) == len(result.jobs)
-    assert not any(r.differs for r in replayed)
     monkeypatch.chdir(REPO)  # a file's target runs only when it is code under this folder
+    capsys.readouterr()
     assert main(["soak", "--replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"replayed {len(result.jobs)} jobs (seed 0): 0 fail now, 0 differ" in out, out
 
 
 class _Outcome:
@@ -251,6 +253,11 @@ class _BuggyJob:
 class _NoWorld:
     def __init__(self, size: int) -> None:
         self.size = size
+        self.renewed = 0
+
+    def renew(self) -> _NoWorld:
+        self.renewed += 1
+        return self
 
     def __enter__(self) -> _NoWorld:
         return self
@@ -259,6 +266,7 @@ class _NoWorld:
         return None
 
 
+@pytest.mark.slow
 def test_failing_jobs_are_one_finding_shrunk_and_counted(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -266,7 +274,6 @@ def test_failing_jobs_are_one_finding_shrunk_and_counted(
     with no restart, and the record's headline is that minimal schedule."""
     fake = _BuggyJob()
     monkeypatch.setattr(soak_module, "make_job", lambda target, settings: fake)
-    monkeypatch.setattr(soak_module, "World", _NoWorld)
     no_world = cast(Any, _NoWorld(2))
     result = soak("t.py:train", Settings(), mtbf=0.3, duration=4.0, seed=2, world=no_world)
     failing = [record for record in result.jobs if record.failed]
@@ -275,6 +282,7 @@ def test_failing_jobs_are_one_finding_shrunk_and_counted(
     assert len(result.findings) == 1
     (finding,) = result.findings
     assert finding.count == len(failing) and finding.status == "failed"
+    assert no_world.renewed == 1  # the finding's replay ran on new processes
     assert finding.minimal is not None and finding.minimal.restarts == 0
     assert [type(f) for f in finding.minimal] == [Crash]
     assert result.failed
@@ -324,6 +332,7 @@ class _KnownWhenAlone(_BuggyJob):
         return verdict, outcome
 
 
+@pytest.mark.slow
 def test_a_finding_is_not_shrunk_into_a_known_framework_issue(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -332,7 +341,6 @@ def test_a_finding_is_not_shrunk_into_a_known_framework_issue(
     and the finding's replay must fail that way too."""
     fake = _KnownWhenAlone()
     monkeypatch.setattr(soak_module, "make_job", lambda target, settings: fake)
-    monkeypatch.setattr(soak_module, "World", _NoWorld)
     no_world = cast(Any, _NoWorld(2))
     result = soak("t.py:train", Settings(), mtbf=0.3, duration=4.0, seed=2, world=no_world)
     assert result.findings, [r.schedule.to_text() for r in result.jobs]

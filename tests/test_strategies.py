@@ -13,7 +13,7 @@ from chaoslight.strategies import (
     reorders,
     schedules,
 )
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 
 import chaoslight
 from chaoslight import InvalidArgument, Schedule
@@ -110,8 +110,10 @@ def test_kind_strategies_respect_site_capabilities(fault: object) -> None:
 
 
 def shrink(strategy: object, fails: Callable[[Schedule], bool]) -> Schedule:
-    """Hypothesis's shrink, then chaoslight's deletion pass, as the fuzzer does."""
-    found = find(strategy, fails, settings=settings(database=None, max_examples=5000))  # type: ignore[arg-type]
+    """Hypothesis's shrink (no explain phase), then chaoslight's deletion pass, as the
+    fuzzer does."""
+    quick = settings(database=None, max_examples=5000, phases=(Phase.generate, Phase.shrink))
+    found = find(strategy, fails, settings=quick)  # type: ignore[arg-type]
     return drop_redundant_faults(found, fails)
 
 
@@ -122,6 +124,7 @@ def test_schedules_shrink_to_one_fault_lowest_rank_earliest_step(attempt: int) -
     assert minimal.to_text() == "crash@lightning.training_step rank=0 step=0"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(3))
 def test_two_fault_failure_shrinks_to_exactly_those_two(attempt: int) -> None:
     """A failure needing a delay on rank 1 and an OOM at step 2 shrinks to just those two."""

@@ -171,14 +171,20 @@ def files_after_a_while() -> list[str]:
     return sorted(os.listdir("."))
 
 
+_RUNS_HERE: list[int] = []  # module state a later example in the same process would see
+
+
 def process_identity() -> dict[str, int]:
     """What a rank's interpreter drew for itself: its string-hash seed (seen through a
-    hash), numpy's global seed (seen through a draw), and who started it."""
+    hash), numpy's global seed (seen through a draw), who started it, and how many times
+    this target ran in this process."""
     import numpy
 
+    _RUNS_HERE.append(1)
     return {
         "hash": hash("chaoslight"),
         "numpy": int(numpy.random.randint(2**31)),
         "parent": os.getppid(),
         "pid": os.getpid(),
+        "runs": len(_RUNS_HERE),
     }

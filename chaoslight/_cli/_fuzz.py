@@ -30,6 +30,7 @@ from chaoslight._search._campaign import (
 from chaoslight._search._failure import Failure, emit_test, replay_command
 from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._world import World
+from chaoslight._world._target import parse_target
 
 
 def add_command(commands: Any) -> None:
@@ -149,6 +150,7 @@ def _search_options(search: Any) -> None:
 def fuzz_command(args: argparse.Namespace) -> int:
     outputs = Outputs(args)  # checked now: never a user's file overwritten at the end
     settings = search_settings(args)  # checked now too: a bad kind or site starts no World
+    parse_target(args.target)  # nor does a target that names no file or function
     # One World for the search and the traced replay that draws the timeline.
     with World(size=settings.world_size) as world:
         return _fuzz(args, settings, world, outputs)

@@ -11,8 +11,8 @@ and minimises them.
 2. Hypothesis shrinks it: fewer faults, lower ranks, earlier steps, simpler kinds.
 3. Faults that never fired are dropped, then a deletion pass drops any fault the failure
    does not need (Hypothesis can stop short): every fault left is needed.
-4. The minimal schedule is replayed ``replays`` times, the first in a fresh World (new
-   processes, fresh directories): if any replay differs (verdict or the faults that
+4. The minimal schedule is replayed ``replays`` times, the first on new processes and
+   directories (``World.renew``): if any replay differs (verdict or the faults that
    fired), it is reported as **flaky**, never as a minimal failing case.
 5. The result goes to ``on_result`` (the CLI writes the failure file there) and only then
    to the shared database: a database that fails is a warning, never a lost result.

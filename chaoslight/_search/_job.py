@@ -53,15 +53,12 @@ class Job:
     @contextmanager
     def runner(self, world: World | None = None) -> Iterator[Any]:
         """A Campaign runner on one warm World (``world``, or one started here and closed
-        after); ``fresh=True`` runs in a new World, with new processes and directories."""
+        after); ``fresh=True`` runs on new processes and directories (``World.renew``)."""
         started: Any = World(size=self.world_size) if world is None else nullcontext(world)
         with started as warm:
 
             def run(schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Outcome]:
-                if not fresh:
-                    return self.run(warm, schedule)
-                with World(size=self.world_size) as new:
-                    return self.run(new, schedule)
+                return self.run(warm.renew() if fresh else warm, schedule)
 
             yield run
 

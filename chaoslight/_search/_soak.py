@@ -7,8 +7,9 @@ judged, the whole soak recorded in one replayable file (``chaoslight soak``).
    World, with its restarts, and is judged by the oracle and the checks, as ``fuzz``
    judges. A failure Lightning itself causes (a known issue) is counted apart.
 3. A failure unlike the ones before it (its verdict's signature) is a finding: shrunk to
-   the faults it needs (within ``SHRINK_BUDGET_S``) and replayed once in a fresh World;
-   one that does not fail again there is flaky. A failure like an earlier one is counted.
+   the faults it needs (within ``SHRINK_BUDGET_S``) and replayed once on new processes
+   (``World.renew``); one that does not fail again there is flaky. A failure like an
+   earlier one is counted.
 4. The soak ends when ``duration`` is spent (the job running then finishes), on Ctrl-C,
    or when the watchdog (``JobDeadline``) finds a run far past any bound a job can take.
 
@@ -274,13 +275,9 @@ class _Soak:
         return Schedule(current.faults, memory_budget=current.memory_budget, restarts=fewest)
 
     def _replay_fresh(self, schedule: Schedule) -> tuple[Verdict, Any]:
-        """The shrunk schedule once more in a new World: new processes, fresh directories."""
-        with World(size=self.job.world_size) as fresh:
-            saved, self.world = self.world, fresh
-            try:
-                return self._run(schedule, "the finding's replay")
-            finally:
-                self.world = saved
+        """The shrunk schedule once more on new processes and directories (``World.renew``)."""
+        self.world.renew()
+        return self._run(schedule, "the finding's replay")
 
     def _phase(self, phase: str) -> None:
         self.progress.phase = phase
