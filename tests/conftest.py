@@ -41,7 +41,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (pyproject's addopts): a worker per core this process may use, at most
     four. A test's World adds two or three busy rank processes of its own, so more workers
     than cores only slow every hang verdict's clock."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+    return max(1, min(4, len(usable) or os.cpu_count() or 1))
 
 
 @pytest.fixture(autouse=True)

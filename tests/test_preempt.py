@@ -4,8 +4,7 @@ SIGTERM issues reported apart (synthetic outcomes here; real 2-rank runs at the 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ from chaoslight import (
     Verdict,
     judge,
 )
+from chaoslight._cli import _fuzz as fuzz_cli
+from chaoslight._cli import main
 from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
@@ -347,18 +348,21 @@ def test_lightnings_own_handling_is_reported_as_its_known_issue(world2: Any) -> 
 
 
 @pytest.mark.slow
-def test_fuzz_reports_lightnings_issue_apart_and_exits_0(tmp_path: Any) -> None:
+def test_fuzz_reports_lightnings_issue_apart_and_exits_0(
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    lend_world2: Callable[[Any], None],
+) -> None:
     """`chaoslight fuzz` on a plain Lightning job prints the known issue with its workaround
-    and exits 0 (the program's own search found nothing)."""
+    and exits 0 (the program's own search found nothing). The CLI's main, on the session's
+    World."""
+    lend_world2(fuzz_cli)
+    monkeypatch.chdir(tmp_path)
     target = Path(__file__).resolve().parent.parent / "examples/catalogue/preemption.py"
-    command = [sys.executable, "-m", "chaoslight._cli", "fuzz", f"{target}:train_buggy"]
     options = ["--faults", "preempt", "--max-examples", "3", "--timeout", "4", "--seed", "0"]
-    done = subprocess.run(
-        [*command, *options, "--replays", "1"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "known issue in " in done.stdout and "workaround:" in done.stdout, done.stdout
+    capsys.readouterr()
+    code = main(["fuzz", f"{target}:train_buggy", *options, "--replays", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert "known issue in " in out and "workaround:" in out, out
