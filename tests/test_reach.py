@@ -144,3 +144,17 @@ def test_probes_slow_each_ranks_write_and_fill_its_disk() -> None:
         assert not any(t.startswith(f"delay@torch.load rank={rank}") for t in texts)
     no_delay = Reach(points=(("torch.save", 3),)).probes(2, ["raise"])
     assert not any(str(schedule).startswith("delay@") for schedule in no_delay)
+
+
+def test_preemption_probes_notify_the_last_rank_then_every_ranks_process_group() -> None:
+    """At the first training step: SIGTERM to the last rank alone, then to every rank's
+    whole process group (a scheduler's notice, DataLoader workers included); none where
+    preempt is not drawn or one rank has no peer to stop with."""
+    reach = Reach(points=(("lightning.training_step", 0), ("lightning.training_step", 1)))
+    texts = [str(schedule) for schedule in reach.probes(2, ["preempt"])]
+    assert texts == [
+        "preempt@lightning.training_step rank=1 step=0",
+        "preempt@lightning.training_step step=0 group=true",
+    ]
+    assert not any("preempt" in str(schedule) for schedule in reach.probes(2, ["delay"]))
+    assert reach.probes(1, ["preempt"]) == []

@@ -129,6 +129,8 @@ class Reach:
           last good file breaks the restarted job;
         - SIGTERM to the last rank alone at the first training step: one node of a job
           preempted, which a job must stop together (Lightning's own handling does not);
+          then to every rank's process group there, as a scheduler preempts a whole job:
+          an emergency save that needs its DataLoader workers loses them;
         - each error the program catches around a site (``caught``), on the last rank at
           that site's first step: a handler that skips or recovers on one rank alone;
         - a crash at the step after the first checkpoint, then a restart (state the
@@ -215,11 +217,18 @@ class Reach:
         ][:MAX_CAUGHT_PROBES]
 
     def _preempt_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
+        """SIGTERM at the first training step: to the last rank alone (one node of the job
+        preempted), then to every rank's whole process group, as a scheduler preempts a
+        job (the DataLoader workers get it too, before an emergency save that reads from
+        them)."""
         site = "lightning.training_step"
         steps = sorted(step for name, step in self.points if name == site and step is not None)
         if Preempt.kind not in kinds or world_size < 2 or not steps:
             return []
-        return [Preempt(site=site, rank=world_size - 1, step=steps[0])]
+        return [
+            Preempt(site=site, rank=world_size - 1, step=steps[0]),
+            Preempt(site=site, step=steps[0], group=True),
+        ]
 
     def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         if OOM.kind not in kinds:

@@ -229,7 +229,6 @@ CATALOGUE: tuple[Entry, ...] = (
         FOUND,
         (("SIGTERM reached ranks", "DataLoader worker"),),
         witness="preempt@lightning.training_step step=0 group=true",
-        long_search=True,
     ),
 )
 
