@@ -158,3 +158,22 @@ def test_preemption_probes_notify_the_last_rank_then_every_ranks_process_group()
     ]
     assert not any("preempt" in str(schedule) for schedule in reach.probes(2, ["delay"]))
     assert reach.probes(1, ["preempt"]) == []
+
+
+def test_the_abort_probe_takes_rank_0s_group_at_the_first_reduction_of_a_training_step() -> None:
+    """pg_abort goes to rank 0 at the first reduction reached during training (not at the
+    reductions Lightning runs in setup, step None); none without a reduction or a peer."""
+    reach = Reach(
+        points=(
+            ("dist.all_reduce", None),
+            ("lightning.training_step", 0),
+            ("dist.barrier", 0),
+            ("dist.all_reduce", 0),
+            ("dist.all_reduce", 1),
+        )
+    )
+    texts = [str(schedule) for schedule in reach.probes(2, ["pg_abort"])]
+    assert texts == ["pg_abort@dist.all_reduce rank=0 step=0"]
+    assert reach.probes(1, ["pg_abort"]) == []
+    no_reduction = Reach(points=(("lightning.training_step", 0), ("dist.barrier", 0)))
+    assert no_reduction.probes(2, ["pg_abort"]) == []

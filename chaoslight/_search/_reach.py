@@ -24,10 +24,12 @@ from chaoslight._schedule import (
     LIGHTNING_STEPS,
     OFF_COLLECTIVES,
     OOM,
+    REDUCTION,
     SITES,
     Delay,
     Fault,
     InvalidArgument,
+    PgAbort,
     Preempt,
     Raise,
     Schedule,
@@ -131,6 +133,8 @@ class Reach:
           preempted, which a job must stop together (Lightning's own handling does not);
           then to every rank's process group there, as a scheduler preempts a whole job:
           an emergency save that needs its DataLoader workers loses them;
+        - the process group aborted under rank 0 at the first reduction of a training step:
+          a retry, or a fallback to the rank's own value, that goes on alone;
         - each error the program catches around a site (``caught``), on the last rank at
           that site's first step: a handler that skips or recovers on one rank alone;
         - a crash at the step after the first checkpoint, then a restart (state the
@@ -142,6 +146,7 @@ class Reach:
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
         found += [Schedule([fault]) for fault in self._caught_probes(world_size, kinds)]
         found += [Schedule([fault]) for fault in self._preempt_probes(world_size, kinds)]
+        found += [Schedule([fault]) for fault in self._abort_probes(world_size, kinds)]
         found += self._crash_in_save_probes(world_size, kinds)
         found += self._resume_probes(world_size, kinds)
         found += [Schedule([fault]) for fault in self._freeze_probes(world_size, kinds)]
@@ -229,6 +234,18 @@ class Reach:
             Preempt(site=site, rank=world_size - 1, step=steps[0]),
             Preempt(site=site, step=steps[0], group=True),
         ]
+
+    def _abort_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
+        """The process group aborted under rank 0 at the first reduction of a training
+        step (the program's own reductions run there; those before the first step are
+        Lightning's setup): a program that retries the collective, or falls back to the
+        rank's own value, goes on alone instead of failing."""
+        if PgAbort.kind not in kinds or world_size < 2:
+            return []
+        for site, step in self.points:  # points are in step order
+            if step is not None and REDUCTION in SITES[site].capabilities:
+                return [PgAbort(site=site, rank=0, step=step)]
+        return []
 
     def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         if OOM.kind not in kinds:

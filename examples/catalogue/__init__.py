@@ -194,7 +194,6 @@ CATALOGUE: tuple[Entry, ...] = (
         FOUND,
         (("swallowed the injected pg_abort",),),
         witness="pg_abort@dist.all_reduce rank=0 step=0",
-        long_search=True,  # first found at the 25th run of the benchmark's search
     ),
     Entry(
         "skipped_records",
