@@ -10,10 +10,12 @@ For each way, in alternating rounds in one run (so a busy machine slows both ali
    has passed, the imports included;
 2. crash storm: ``--crashes`` examples in a row, each SIGKILLing rank 1 at its second
    training step, every one followed by a passing example; the time of each pair counts
-   the dead rank's replacement. A fuzz campaign meets this whenever it draws hard faults.
+   the dead rank's replacement. A fuzz campaign meets this whenever it draws hard faults;
+3. renew (forked rounds): ``world.renew()`` and a passing example, the new rank processes a
+   found failure's first replay runs on, against what a new World costs for the same (1.).
 
-Prints the median of each, and the ratio fresh/forked. Run it with nothing else on the
-machine (it takes both cores for a minute or two).
+Prints the median of each, and the ratio fresh/forked (new World/renew for 3.). Run it
+with nothing else on the machine (it takes both cores for a minute or two).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ TARGET = f"{ROOT}/examples/ddp_train.py:train"
 CRASH = chaoslight.Schedule([chaoslight.Crash(site="lightning.training_step", rank=1, step=1)])
 
 
-def one_round(fork: bool, crashes: int) -> tuple[float, list[float]]:
-    """The start time, and each crash-then-pass pair's time, of one World."""
+def one_round(fork: bool, crashes: int) -> tuple[float, list[float], float]:
+    """The start time, each crash-then-pass pair's time, and a renew-then-pass time (forked
+    only; 0 otherwise) of one World."""
     began = time.perf_counter()
     with chaoslight.World(size=2, fork=fork) as world:
         first = world.run(TARGET, timeout=60)
@@ -49,7 +52,13 @@ def one_round(fork: bool, crashes: int) -> tuple[float, list[float]]:
             pairs.append(time.perf_counter() - began)
             assert crashed.status == "crashed", crashed.report()
             assert passed.status == "passed", passed.report()
-    return start, pairs
+        renew = 0.0
+        if fork:
+            began = time.perf_counter()
+            renewed = world.renew().run(TARGET, timeout=60)
+            renew = time.perf_counter() - began
+            assert renewed.status == "passed", renewed.report()
+    return start, pairs, renew
 
 
 def main() -> None:
@@ -62,11 +71,13 @@ def main() -> None:
         return
     starts: dict[bool, list[float]] = {True: [], False: []}
     pairs: dict[bool, list[float]] = {True: [], False: []}
+    renews: list[float] = []
     for _ in range(args.rounds):
         for fork in (True, False):
-            start, times = one_round(fork, args.crashes)
+            start, times, renew = one_round(fork, args.crashes)
             starts[fork].append(start)
             pairs[fork].extend(times)
+            renews += [renew] if fork else []
     print(f"target {TARGET}: 2 ranks, gloo on CPU; {args.rounds} rounds of each way")
     for label, data in (("start to first pass", starts), ("crash + pass pair", pairs)):
         forked, fresh = statistics.median(data[True]), statistics.median(data[False])
@@ -74,6 +85,11 @@ def main() -> None:
             f"{label:>22}: forked {forked:6.2f} s, fresh interpreters {fresh:6.2f} s "
             f"(median of {len(data[True])}): {fresh / forked:.1f}x"
         )
+    renew, new_world = statistics.median(renews), statistics.median(starts[True])
+    print(
+        f"{'new ranks + pass':>22}: renew {renew:6.2f} s, a new World {new_world:6.2f} s "
+        f"(median of {len(renews)}): {new_world / renew:.1f}x"
+    )
 
 
 if __name__ == "__main__":
