@@ -2,7 +2,7 @@
 
     python benchmarks/known_issue_releases.py [--cache DIR] [--entry KEY ...]
 
-For each entry of ``ENTRIES`` (a key of ``KNOWN_ISSUES`` in ``chaoslight/_search/_known.py``,
+For each entry of ``ENTRIES`` (a key of ``KNOWN_ISSUES`` in ``chaoslight/_verdict/_known.py``,
 its reproducer in ``examples/known_issues/``, the schedule and checks that show it, a
 release that has the bug and one that has the fix) it makes a venv per release under
 ``--cache`` (default ``/tmp``: ``h4venv-<version>``) that sees this interpreter's packages
@@ -72,7 +72,7 @@ _PROBE = textwrap.dedent(
     from chaoslight._checks._restart import RestartEquivalence
     from chaoslight.checks import ReplicasInSync
     from chaoslight._schedule import Schedule
-    from chaoslight._search._oracle import judge
+    from chaoslight._verdict._oracle import judge
 
     target, schedule, names = sys.argv[1], sys.argv[2], sys.argv[3:]
     by_name = {"replicas-in-sync": ReplicasInSync, "restart-equivalence": RestartEquivalence}

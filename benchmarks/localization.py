@@ -61,8 +61,8 @@ from chaoslight._runtime import FIRED  # noqa: E402
 from chaoslight._schedule import FAULT_KINDS, Fault, Schedule, Severity  # noqa: E402
 from chaoslight._search import DEFAULT_CHECKS  # noqa: E402
 from chaoslight._search._drawing import reach_sites  # noqa: E402
-from chaoslight._search._oracle import judge  # noqa: E402
 from chaoslight._search._reach import USER_WEIGHT, Reach, Space  # noqa: E402
+from chaoslight._verdict._oracle import judge  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 # (folder, program, function): correct programs and buggy ones, from every collection.
@@ -189,7 +189,7 @@ SEEN = " was seen: "
 
 def score_silent(truth: Truth, fault: Fault, verdict: Any, seconds: float) -> Score | None:
     """A silent fault (a flip) in a run every rank passed: what the verdict's note on it
-    says (``_search/_silent.py``), when a check saw it: the rank, site and step it names
+    says (``_verdict/_silent.py``), when a check saw it: the rank, site and step it names
     first, and that it says the fault was seen. None when the note says it went
     undetected (a correct program may absorb a flip: not a failure, nothing to localize)."""
     note = next((n for n in verdict.notes if n.startswith(str(fault))), "")

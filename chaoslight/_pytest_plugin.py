@@ -41,8 +41,8 @@ from chaoslight._runtime import as_checks, as_schedule, inject
 from chaoslight._search import Settings, judge
 from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import Failure, check_specs, replay_command
-from chaoslight._search._known import KnownFinding
 from chaoslight._search._settings import DEFAULT_TIMEOUT_S
+from chaoslight._verdict._known import KnownFinding
 from chaoslight._world import World
 
 FAILURES_DIR = Path(".chaoslight") / "failures"

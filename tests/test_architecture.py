@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("chaoslight._report",),
     ("chaoslight._world",),
     ("chaoslight._checks", "chaoslight.checks"),
+    ("chaoslight._verdict",),
     ("chaoslight._search", "chaoslight.strategies"),
     ("chaoslight._cli", "chaoslight._pytest_plugin"),
     ("chaoslight",),  # the facade, chaoslight/__init__.py
@@ -246,7 +247,7 @@ def test_no_two_modules_define_the_same_public_looking_name() -> None:
     for module, path in sorted(MODULES.items()):
         for name in defined_names(path.read_text()):
             where.setdefault(name, []).append(module)
-    assert where["Verdict"] == ["chaoslight._search._oracle"]  # the scan sees classes
+    assert where["Verdict"] == ["chaoslight._verdict._oracle"]  # the scan sees classes
     assert {name: modules for name, modules in where.items() if len(modules) > 1} == {}
 
 

@@ -22,7 +22,7 @@ import chaoslight
 from chaoslight import World
 from chaoslight._search import DEFAULT_CHECKS
 from chaoslight._search._campaign import CLEAN, FOUND
-from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT
+from chaoslight._verdict._oracle import FAILED_CLEANLY, NO_FAULT
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # examples.catalogue

@@ -28,8 +28,8 @@ from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._schedule import Severity
 from chaoslight._search._data_strategies import bad_checkpoints, flips, repeated_batches
 from chaoslight._search._inprocess import run_in_process
-from chaoslight._search._oracle import HANG_RULE
-from chaoslight._search._severity import fault_class
+from chaoslight._verdict._oracle import HANG_RULE
+from chaoslight._verdict._severity import fault_class
 from chaoslight.checks import DataOrder, DisjointShards, Evidence, FiniteLoss
 
 pl = pytest.importorskip("lightning.pytorch")

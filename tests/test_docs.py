@@ -20,7 +20,7 @@ from chaoslight import checks as public_checks
 from chaoslight import strategies
 from chaoslight._cli import build_parser
 from chaoslight._schedule import FAULT_KINDS, SITES
-from chaoslight._search._known import KNOWN_ISSUES
+from chaoslight._verdict._known import KNOWN_ISSUES
 from chaoslight.checks import CHECKS
 
 ROOT = Path(__file__).resolve().parent.parent

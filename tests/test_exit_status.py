@@ -16,8 +16,8 @@ from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._preempt import DELIVERED
-from chaoslight._search._known import match_known
-from chaoslight._search._oracle import ANY_END_RULE
+from chaoslight._verdict._known import match_known
+from chaoslight._verdict._oracle import ANY_END_RULE
 from chaoslight.checks import Evidence, ExitStatus, RankView
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,8 +25,8 @@ from chaoslight._schedule import FAULT_KINDS, OFF_COLLECTIVES, SITES, Severity, 
 from chaoslight._schedule._validate import check_choice
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._search._kinds import KILLING_KINDS, resolve_kinds
-from chaoslight._search._oracle import BENIGN_RULE, fault_class
 from chaoslight._search._strategies import KIND_STRATEGIES
+from chaoslight._verdict._oracle import BENIGN_RULE, fault_class
 
 LABELS = ("here", "there")
 

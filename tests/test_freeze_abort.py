@@ -25,7 +25,7 @@ from chaoslight._runtime._halt import abort_group
 from chaoslight._schedule import SITES
 from chaoslight._schedule._catalog import REDUCTION
 from chaoslight._schedule._faults import ABORTED_GROUP_MARK
-from chaoslight._search._oracle import FAILED_CLEANLY, RECOVERED, SWALLOWED, Rule
+from chaoslight._verdict._oracle import FAILED_CLEANLY, RECOVERED, SWALLOWED, Rule
 from chaoslight._world._wavefront import (
     BLOCKED_S,
     BOUNDED_WAIT,

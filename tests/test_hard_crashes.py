@@ -30,8 +30,8 @@ from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._report._text import death_line
 from chaoslight._runtime import FIRED, NOTE
-from chaoslight._search._known import match_known
 from chaoslight._search._strategies import preemptions
+from chaoslight._verdict._known import match_known
 
 SITE = "lightning.training_step"
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Known framework issues, matched by their signature and nothing wider: the ones that need
 no signal are recognised from the hung ranks' stacks, with the version of the Lightning
 those stacks run; the SIGTERM ones only when a rank waits in Lightning's own SIGTERM
-broadcast and nothing but preemptions fired (``chaoslight/_search/_known.py``). A program's
+broadcast and nothing but preemptions fired (``chaoslight/_verdict/_known.py``). A program's
 own preemption bug on a Lightning with a SIGTERM issue stays the program's."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._search._campaign import FOUND
-from chaoslight._search._known import match_known
-from chaoslight._search._oracle import FAILED_CLEANLY
+from chaoslight._verdict._known import match_known
+from chaoslight._verdict._oracle import FAILED_CLEANLY
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "examples" / "known_issues" / "on_exception_checkpoint.py"

@@ -22,7 +22,7 @@ from chaoslight._report import FAILED, PASSED
 from chaoslight._report._records import RankResult
 from chaoslight._runtime import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
-from chaoslight._search._known import match_known
+from chaoslight._verdict._known import match_known
 from chaoslight.checks import FrameworkFacts, Violation
 
 STATIC = "lightning-static-graph-manual-sync"

@@ -31,7 +31,7 @@ from chaoslight import HangDetected, MemoryBudget, Preempt, Schedule, Watchdog, 
 from chaoslight._report._records import ExceptionInfo
 from chaoslight._runtime._memory import format_bytes
 from chaoslight._search._inprocess import run_in_process
-from chaoslight._search._oracle import FAILED_CLEANLY, INTERNAL_RULE, internal_error
+from chaoslight._verdict._oracle import FAILED_CLEANLY, INTERNAL_RULE, internal_error
 
 SITES = [
     "lightning.training_step",

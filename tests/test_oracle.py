@@ -12,7 +12,7 @@ from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._runtime._preempt import STOPPED
-from chaoslight._search._oracle import (
+from chaoslight._verdict._oracle import (
     ANY_END_RULE,
     BENIGN,
     BENIGN_RULE,

@@ -10,7 +10,7 @@ from conftest import ddp_target
 
 import chaoslight
 from chaoslight import World
-from chaoslight._search._oracle import (
+from chaoslight._verdict._oracle import (
     BENIGN_RULE,
     FAILED_CLEANLY,
     HANG_RULE,

@@ -31,9 +31,9 @@ from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._runtime._preempt import handler_owner
 from chaoslight._search._campaign import CLEAN, FOUND, Campaign
-from chaoslight._search._known import KNOWN_ISSUES, match_known, parse_version
-from chaoslight._search._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE
 from chaoslight._search._strategies import preemptions
+from chaoslight._verdict._known import KNOWN_ISSUES, match_known, parse_version
+from chaoslight._verdict._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE
 
 SITE = "lightning.training_step"
 PREEMPT = f"preempt@{SITE} rank=1 step=4"

@@ -20,7 +20,6 @@ from chaoslight._cli import build_parser, main
 from chaoslight._schedule._validate import MAX_RESTARTS
 from chaoslight._search import _soak as soak_module
 from chaoslight._search._job import Job
-from chaoslight._search._known import KNOWN_ISSUES
 from chaoslight._search._reach import Reach
 from chaoslight._search._soak import JobDeadline, soak
 from chaoslight._search._soak_plan import SoakPlan, arrival_times, job_schedule
@@ -31,6 +30,7 @@ from chaoslight._search._soak_record import (
     SoakResult,
     load_soak,
 )
+from chaoslight._verdict._known import KNOWN_ISSUES
 
 REPO = Path(__file__).resolve().parent.parent
 CORRECT = f"{REPO / 'examples' / 'corpus' / 'resume_last.py'}:train"

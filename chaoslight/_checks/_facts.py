@@ -6,7 +6,7 @@ program's own bug. A known issue may claim such a failure only where the rank's 
 facts show the release and the shape the upstream report documents; the parent's
 installation need not be the ranks' (``World(python=...)``). ``FrameworkFacts`` records
 them once per fit, at ``on_train_start``, in every rank: one small observation, no
-collective, nothing per step. It never fails a run; ``_search/_known.py`` reads it.
+collective, nothing per step. It never fails a run; ``_verdict/_known.py`` reads it.
 """
 
 from __future__ import annotations

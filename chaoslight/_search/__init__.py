@@ -1,4 +1,4 @@
-"""Layer 7, the search: run Hypothesis-generated schedules on a World, judge each run by
+"""Layer 8, the search: run Hypothesis-generated schedules on a World, judge each run by
 the fault-aware oracle, shrink and replay failures, write failure files.
 
 ``fuzz`` is the default search; ``baseline`` runs a target once with no fault (what a
@@ -19,10 +19,10 @@ from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import DEFAULT_CHECKS, Failure, check_specs
 from chaoslight._search._job import Job, Quiet, make_job
 from chaoslight._search._kinds import DEFAULT_KINDS
-from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._reach import Reach
 from chaoslight._search._schedule_strategies import schedules
 from chaoslight._search._settings import DEFAULT_TIMEOUT_S, Settings, with_keywords
+from chaoslight._verdict._oracle import Verdict, judge
 from chaoslight._world import Outcome, World
 
 __all__ = [

@@ -40,11 +40,8 @@ from hypothesis.strategies import SearchStrategy
 
 from chaoslight._schedule import Schedule
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
-from chaoslight._search._known import KnownFinding
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
-from chaoslight._search._oracle import Verdict
 from chaoslight._search._settings import Settings, with_keywords
-from chaoslight._search._severity import BENIGN
 from chaoslight._search._statuses import (
     BASELINE,
     CLEAN,
@@ -55,6 +52,9 @@ from chaoslight._search._statuses import (
     CampaignPhase,
     CampaignStatus,
 )
+from chaoslight._verdict._known import KnownFinding
+from chaoslight._verdict._oracle import Verdict
+from chaoslight._verdict._severity import BENIGN
 
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
 MAX_RACE_PROBES = 12  # stragglers tried to pin a race the empty schedule shows sometimes

@@ -10,7 +10,7 @@ from chaoslight._report import FAILED, PASSED, ExceptionInfo, Outcome, RankResul
 from chaoslight._runtime._inject import inject
 from chaoslight._schedule._errors import CheckFailed
 from chaoslight._schedule._model import Schedule
-from chaoslight._search._oracle import Verdict, judge
+from chaoslight._verdict._oracle import Verdict, judge
 
 
 def run_in_process(

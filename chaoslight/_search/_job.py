@@ -12,9 +12,9 @@ from typing import Any
 from chaoslight._checks._reach import ReachRecorder
 from chaoslight._runtime import as_checks
 from chaoslight._schedule import Schedule
-from chaoslight._search._oracle import Verdict, judge
 from chaoslight._search._reach import Reach
 from chaoslight._search._settings import Settings
+from chaoslight._verdict._oracle import Verdict, judge
 from chaoslight._world import Outcome, World
 from chaoslight._world._target import parse_target
 

@@ -30,7 +30,6 @@ from chaoslight._schedule import Schedule
 from chaoslight._schedule._validate import check_seconds
 from chaoslight._search._job import Job, make_job
 from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
-from chaoslight._search._oracle import Verdict
 from chaoslight._search._settings import Settings
 from chaoslight._search._soak_plan import SoakPlan
 from chaoslight._search._soak_record import (
@@ -43,6 +42,7 @@ from chaoslight._search._soak_record import (
     SoakResult,
 )
 from chaoslight._search._statuses import BASELINE, FLAKY, INTERNAL_ERROR
+from chaoslight._verdict._oracle import Verdict
 from chaoslight._world import World
 
 MAX_SOAK_S = 7 * 86400.0

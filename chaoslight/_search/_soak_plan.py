@@ -32,8 +32,8 @@ from chaoslight._schedule._validate import MAX_RESTARTS
 from chaoslight._search._drawing import DEFAULT_SITES, reach_sites
 from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._reach import USER_WEIGHT, Point, Reach, Space
-from chaoslight._search._severity import BENIGN
 from chaoslight._search._strategies import KIND_STRATEGIES
+from chaoslight._verdict._severity import BENIGN
 
 POOL_SIZE = 25  # faults drawn per kind from its strategy: the parameters a soak picks from
 MAX_JOB_FAULTS = 8  # a job hit more often than this is shredded; more would only be noise

@@ -21,9 +21,9 @@ from chaoslight._schedule import Schedule, fault_from_text
 from chaoslight._schedule._errors import InvalidSchedule
 from chaoslight._search._failure import Failure, check_specs
 from chaoslight._search._job import Job, make_job
-from chaoslight._search._oracle import Verdict
 from chaoslight._search._settings import Settings
 from chaoslight._search._statuses import BASELINE, CLEAN, FOUND, INTERNAL_ERROR
+from chaoslight._verdict._oracle import Verdict
 from chaoslight._world import World
 
 SOAK_VERSION = 1

@@ -20,9 +20,9 @@ from mkdocs.plugins import get_plugin_logger
 from chaoslight._checks import CHECKS
 from chaoslight._schedule import FAULT_KINDS, SITES, Fault, MemoryBudget, Schedule, _textform
 from chaoslight._search._failure import Failure, default_specs
-from chaoslight._search._known import KNOWN_ISSUES
 from chaoslight._sites import PATCH_POINTS
 from chaoslight._sites._lightning import FLAVOURS
+from chaoslight._verdict._known import KNOWN_ISSUES
 
 log = get_plugin_logger("chaoslight-reference")
 
@@ -269,7 +269,7 @@ def known_issues_page() -> str:
         "evidence and workaround; the exit status stays 0 and the search goes on for the "
         "program's own bugs. `--strict` (pytest: `--chaos-strict`) makes it a failure. A "
         "finding that matches no entry is the program's, even when every frame is in "
-        "Lightning. The table lives in `chaoslight/_search/_known.py`; "
+        "Lightning. The table lives in `chaoslight/_verdict/_known.py`; "
         "`examples/known_issues/` and `examples/catalogue/preemption.py` show them."
     )
     return page("Known framework issues", intro, sections)

@@ -44,15 +44,15 @@ from typing import Any
 
 from chaoslight._checks._exits import ExitStatus, run_label
 from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED
-from chaoslight._search._hangs import SIZE_MISMATCH
-from chaoslight._search._known_frames import (
+from chaoslight._verdict._hangs import SIZE_MISMATCH
+from chaoslight._verdict._known_frames import (
     blocked_in,
     collective_callers,
     in_lightning,
     raised_in_loops,
 )
-from chaoslight._search._known_workers import more_than_a_preemption
-from chaoslight._search._preemption import Delivery, deliveries, stopping_steps
+from chaoslight._verdict._known_workers import more_than_a_preemption
+from chaoslight._verdict._preemption import Delivery, deliveries, stopping_steps
 
 # Lightning's SIGTERM broadcasts (2.5.2-2.6.x), by the file and function that issue them:
 # the one inside its signal handler, and the one at the start of every training batch.

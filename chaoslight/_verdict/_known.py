@@ -20,26 +20,26 @@ import re
 from typing import Any
 
 from chaoslight._report import HUNG
-from chaoslight._search._known_issue import (
+from chaoslight._verdict._known_issue import (
     KnownFinding,
     KnownIssue,
     package_in_stacks,
     package_of,
     parse_version,
 )
-from chaoslight._search._known_sigterm import (
+from chaoslight._verdict._known_sigterm import (
     broadcast_or_alone,
     exit_zero_on_sigterm,
     stopped_alone,
 )
-from chaoslight._search._known_silent import (
+from chaoslight._verdict._known_silent import (
     epoch_end_resume_by_steps,
     package_in_facts,
     repeated_batch_after_resume,
     static_graph_first_step,
 )
-from chaoslight._search._known_workers import workers_killed_before_stop
-from chaoslight._search._preemption import Delivery, deliveries
+from chaoslight._verdict._known_workers import workers_killed_before_stop
+from chaoslight._verdict._preemption import Delivery, deliveries
 
 __all__ = ["KNOWN_ISSUES", "KnownFinding", "KnownIssue", "match_known", "parse_version"]
 

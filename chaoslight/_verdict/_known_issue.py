@@ -17,7 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from chaoslight._report import known_issue_block
-from chaoslight._search._preemption import Delivery
+from chaoslight._verdict._preemption import Delivery
 
 Version = tuple[int, ...]
 

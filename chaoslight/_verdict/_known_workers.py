@@ -21,8 +21,8 @@ from typing import Any
 from chaoslight._report import FAILED
 from chaoslight._runtime import FIRED
 from chaoslight._schedule import InvalidSchedule, fault_from_text
-from chaoslight._search._preemption import Delivery
-from chaoslight._search._severity import BENIGN, fault_class
+from chaoslight._verdict._preemption import Delivery
+from chaoslight._verdict._severity import BENIGN, fault_class
 
 # torch's words for a worker that a signal ended (the SIGCHLD handler's), or that the
 # main process found gone (its ``_try_get_data``).

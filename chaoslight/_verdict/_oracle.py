@@ -29,24 +29,24 @@ from chaoslight._schedule import (
     clip,
     fault_from_text,
 )
-from chaoslight._search._hangs import hang_reason, mismatch_cause
-from chaoslight._search._known import match_known
-from chaoslight._search._known_workers import workers_cause
-from chaoslight._search._preemption import (
+from chaoslight._verdict._hangs import hang_reason, mismatch_cause
+from chaoslight._verdict._known import match_known
+from chaoslight._verdict._known_workers import workers_cause
+from chaoslight._verdict._preemption import (
     Delivery,
     by_default_action,
     deliveries,
     preemption_finding,
 )
-from chaoslight._search._severity import (
+from chaoslight._verdict._severity import (
     BENIGN,
     DESYNC,
     HARD,
     SEVERITY,
     fault_class,
 )
-from chaoslight._search._silent import silent_notes
-from chaoslight._search._stalls import stall_finding
+from chaoslight._verdict._silent import silent_notes
+from chaoslight._verdict._stalls import stall_finding
 
 
 class Rule(Vocabulary):

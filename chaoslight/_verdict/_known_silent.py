@@ -20,7 +20,7 @@ from chaoslight._report import PASSED
 from chaoslight._runtime import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._schedule import InvalidSchedule, fault_from_text
-from chaoslight._search._severity import BENIGN, fault_class
+from chaoslight._verdict._severity import BENIGN, fault_class
 
 REPLICAS = "replicas-in-sync"
 RESTART = "restart-equivalence"
