@@ -12,8 +12,7 @@ are described in ``ARCHITECTURE.md``.
 
 import typing as _typing
 
-# strategies/ is mapped into the package by pyproject, which mypy does not see.
-from chaoslight import checks, strategies  # type: ignore[attr-defined]
+from chaoslight import checks, strategies
 from chaoslight._report import Outcome
 from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject
 from chaoslight._schedule import (

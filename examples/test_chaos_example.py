@@ -9,10 +9,10 @@ Seed or size the search with Hypothesis's own options (``--hypothesis-seed``, pr
 
 from __future__ import annotations
 
-from chaoslight.strategies import schedules
 from hypothesis import HealthCheck, given, settings
 
 import chaoslight
+from chaoslight.strategies import schedules
 
 TARGET = "examples/ddp_train.py:train"
 

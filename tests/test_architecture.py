@@ -14,7 +14,6 @@ import chaoslight
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "chaoslight"
-STRATEGIES = ROOT / "strategies"
 
 # Lowest first; a module may import its own layer and the layers before it, never after.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -32,14 +31,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 
 def module_files() -> dict[str, Path]:
-    """Every module by dotted name (strategies/ installs as chaoslight.strategies)."""
+    """Every module of the package by dotted name."""
     found = {}
-    for base, prefix in ((PACKAGE, "chaoslight"), (STRATEGIES, "chaoslight.strategies")):
-        for path in base.rglob("*.py"):
-            parts = list(path.relative_to(base).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join([prefix, *parts])] = path
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(["chaoslight", *parts])] = path
     return found
 
 

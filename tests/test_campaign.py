@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaoslight.strategies import schedules
-
 from chaoslight import Schedule, Settings, Verdict
 from chaoslight._search import Campaign
 from chaoslight._search._campaign import (
@@ -21,6 +19,7 @@ from chaoslight._search._campaign import (
 )
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
 from chaoslight._search._reach import Reach
+from chaoslight.strategies import schedules
 
 STRATEGY = schedules(world_size=2, steps=4, faults=["oom", "delay"], sites=["lightning.forward"])
 

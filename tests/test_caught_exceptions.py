@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaoslight.strategies import raises
 from hypothesis import Phase, find, settings
 from hypothesis.errors import NoSuchExample
 
@@ -19,6 +18,7 @@ from chaoslight._checks._reach import ReachRecorder
 from chaoslight._runtime._resolve import exception_class
 from chaoslight._search._caught import caught_errors, caught_names, read_source
 from chaoslight._search._reach import Reach
+from chaoslight.strategies import raises
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGE = ("injected by chaoslight",)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from chaoslight.strategies import schedules
 from conftest import ddp_target
 from hypothesis import HealthCheck, given, settings
 
@@ -19,6 +18,7 @@ from chaoslight.checks import (
     NoHang,
     ReplicasInSync,
 )
+from chaoslight.strategies import schedules
 
 pytestmark = pytest.mark.slow
 

@@ -361,10 +361,9 @@ def test_live_panel_keeps_a_long_title_on_one_line() -> None:
 def test_shrinking_reruns_do_not_count_as_new_failures() -> None:
     """The panel's failure count is 1 once a failure is found, however often shrinking
     reruns failing schedules."""
-    from chaoslight.strategies import schedules
-
     from chaoslight import Settings, Verdict
     from chaoslight._search import Campaign
+    from chaoslight.strategies import schedules
 
     failing_runs = 0
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-from chaoslight.strategies import DEFAULT_KINDS
 from hypothesis import find, settings
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -31,6 +30,7 @@ from chaoslight._search._inprocess import run_in_process
 from chaoslight._verdict._oracle import HANG_RULE
 from chaoslight._verdict._severity import fault_class
 from chaoslight.checks import DataOrder, DisjointShards, Evidence, FiniteLoss
+from chaoslight.strategies import DEFAULT_KINDS
 
 pl = pytest.importorskip("lightning.pytorch")
 

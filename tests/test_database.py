@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaoslight.strategies import schedules
 
 from chaoslight import InvalidArgument, Schedule, Verdict
 from chaoslight._search import Campaign, Result
 from chaoslight._search._campaign import FOUND
 from chaoslight._search._database import check_database, is_url, open_database, redact
+from chaoslight.strategies import schedules
 
 STRATEGY = schedules(world_size=2, steps=4)
 

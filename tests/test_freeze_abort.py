@@ -13,7 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from chaoslight.strategies import DEFAULT_KINDS, IN_PROCESS_KINDS, one_fault
 from hypothesis import given, settings
 
 import chaoslight
@@ -34,6 +33,7 @@ from chaoslight._world._wavefront import (
     HangDecider,
     RankState,
 )
+from chaoslight.strategies import DEFAULT_KINDS, IN_PROCESS_KINDS, one_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 FREEZE = "freeze@lightning.on_train_epoch_end rank=0"

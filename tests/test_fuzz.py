@@ -15,7 +15,6 @@ from typing import Any
 
 import ddp_targets
 import pytest
-from chaoslight.strategies import schedules
 
 from chaoslight import Failure, Outcome, Schedule
 from chaoslight._cli import _fuzz as fuzz_cli
@@ -26,6 +25,7 @@ from chaoslight._search import _campaign as campaign_module
 from chaoslight._search._database import in_shard
 from chaoslight._search._inprocess import in_process_runner, run_in_process
 from chaoslight.checks import ErrorsSurface
+from chaoslight.strategies import schedules
 
 ROOT = Path(__file__).resolve().parent.parent
 SWALLOWED = f"{ROOT}/examples/planted/swallowed_oom.py"

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaoslight.strategies import crashes, schedules
 from conftest import ddp_target
 from hypothesis import find
 
@@ -32,6 +31,7 @@ from chaoslight._report._text import death_line
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._search._strategies import preemptions
 from chaoslight._verdict._known import match_known
+from chaoslight.strategies import crashes, schedules
 
 SITE = "lightning.training_step"
 ROOT = Path(__file__).resolve().parents[1]

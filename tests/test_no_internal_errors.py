@@ -12,15 +12,6 @@ import types
 
 import pytest
 import torch
-from chaoslight.strategies import (
-    allocations,
-    corruptions,
-    delays,
-    dropped_syncs,
-    ooms,
-    raises,
-    reorders,
-)
 from helpers import fit, tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,6 +23,15 @@ from chaoslight._report._records import ExceptionInfo
 from chaoslight._runtime._memory import format_bytes
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._verdict._oracle import FAILED_CLEANLY, INTERNAL_RULE, internal_error
+from chaoslight.strategies import (
+    allocations,
+    corruptions,
+    delays,
+    dropped_syncs,
+    ooms,
+    raises,
+    reorders,
+)
 
 SITES = [
     "lightning.training_step",

@@ -1,4 +1,11 @@
-"""The wheel: it installs on its own and ships chaoslight and chaoslight.strategies only."""
+"""The wheel and the sdist: built from the checkout, they hold the whole package; the wheel,
+installed into a venv that cannot see the checkout, runs the README's main job.
+
+The venv gets chaoslight from the wheel alone: it is made without system site-packages,
+its dependencies come from this environment's site-packages as plain path entries (so
+none of that folder's ``.pth`` files runs, the checkout's editable finder among them),
+and nothing runs in the checkout or with ``PYTHONPATH``. A module missing from the wheel
+is then missing for the user too (``No module named 'chaoslight._report'``)."""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 from pathlib import Path
@@ -14,118 +22,133 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_SHIPPED = shutil.ignore_patterns(
-    ".git",
-    "tests",
-    "build",
-    "dist",
-    "*.egg-info",
-    "__pycache__",
-    ".*_cache",
-    ".hypothesis",
-    ".chaoslight",
-    ".venv",
-    "venv",
-    "lightning_logs",
-    "*.ckpt",
-)
+VERSION = "0.1.0"
+NOT_SHIPPED = shutil.ignore_patterns("__pycache__", "*.pyc")
+MAIN_JOB = ("fuzz", "examples/planted/swallowed_oom.py:train", "--seed", "3")
+
+pytestmark = pytest.mark.slow
 
 
-def run(*command: str | Path, cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV")}
+def run(*command: str | Path, cwd: Path, status: int = 0, **env: str) -> str:
+    """Run ``command`` in ``cwd`` with no PYTHONPATH and no chaoslight variables (plus
+    ``env``); its stdout, once it exited ``status``."""
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "PIP_REQUIRE_VIRTUALENV") and not key.startswith("CHAOSLIGHT")
+    }
     result = subprocess.run(
         [str(part) for part in command],
         cwd=cwd,
-        env=env,
+        env={**clean, **env},
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert result.returncode == 0, f"{command} failed:\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == status, (
+        f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    )
     return result.stdout
 
 
+def package_files() -> set[str]:
+    """Every file of the package in the checkout, as an archive names it."""
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "chaoslight").rglob("*")
+        if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
+    }
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel built from a copy of the source tree (so the checkout gets no build/ folder)."""
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and the wheel ``python -m build`` makes (the wheel from the sdist, as pip
+    does), from a copy of what a build reads (so the checkout gets no build/ folder)."""
     source = tmp_path_factory.mktemp("source") / "chaoslight"
-    shutil.copytree(ROOT, source, ignore=NOT_SHIPPED)
+    shutil.copytree(ROOT / "chaoslight", source / "chaoslight", ignore=NOT_SHIPPED)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("dist")
-    run(
-        sys.executable,
-        "-m",
-        "build",
-        "--wheel",
-        "--no-isolation",
-        "--skip-dependency-check",
-        "--outdir",
-        out,
-        ".",
-        cwd=source,
+    build = ("-m", "build", "--no-isolation", "--skip-dependency-check", "--outdir", out, ".")
+    run(sys.executable, *build, cwd=source)
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the wheel and nothing of the checkout."""
+    folder = tmp_path_factory.mktemp("venv") / "venv"
+    run(sys.executable, "-m", "venv", "--without-pip", folder, cwd=folder.parent)
+    python = folder / "bin" / "python"
+    outer = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    # This environment's pip, run by the venv's python, installs into the venv (scripts
+    # and all); --ignore-installed: the checkout's own editable chaoslight is not the venv's.
+    (wheel,) = dist.glob("chaoslight-*.whl")
+    pip = ("-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "--quiet")
+    run(python, *pip, wheel, cwd=folder.parent, PYTHONPATH=os.pathsep.join(outer))
+    purelib = run(
+        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=folder
     )
-    (built,) = out.glob("chaoslight-*.whl")
-    return built
+    # Plain path lines: a .pth adds them to sys.path without running their own .pth files.
+    (Path(purelib.strip()) / "_dependencies.pth").write_text("".join(f"{p}\n" for p in outer))
+    return folder
 
 
-@pytest.mark.slow
-def test_wheel_holds_only_the_chaoslight_package(wheel: Path) -> None:
-    """The wheel's top-level names are chaoslight and its dist-info: no bare ``strategies``."""
-    names = zipfile.ZipFile(wheel).namelist()
-    top = {name.split("/")[0] for name in names}
-    assert top == {"chaoslight", "chaoslight-0.1.0.dist-info"}
-    assert "chaoslight/strategies/__init__.py" in names
-    assert "chaoslight/py.typed" in names
-    assert "chaoslight/_runtime/_engine.py" in names
+def test_the_wheel_and_the_sdist_hold_the_whole_package(dist: Path) -> None:
+    """Every module of chaoslight/ (chaoslight.strategies and py.typed included) is in both
+    archives, and the wheel's top level is chaoslight and its dist-info only."""
+    expected = package_files()
+    assert {"chaoslight/_report/_outcome.py", "chaoslight/strategies/__init__.py"} <= expected
+    (wheel,) = dist.glob("chaoslight-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {name.split("/")[0] for name in names} == {
+        "chaoslight",
+        f"chaoslight-{VERSION}.dist-info",
+    }
+    assert expected - names == set()
+    (sdist,) = dist.glob("chaoslight-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        held = {name.partition("/")[2] for name in archive.getnames()}
+    assert expected - held == set()
 
 
-@pytest.mark.slow
-def test_wheel_installs_and_imports_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
-    """Installed into a fresh venv, chaoslight and chaoslight.strategies import from the venv."""
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv, cwd=tmp_path)
-    python = venv / "bin" / "python"
-    if sys.prefix != sys.base_prefix:
-        # This suite runs in a venv (as the README's users do): a venv made from it is made
-        # from the base interpreter, whose packages lack chaoslight's dependencies (torch,
-        # psutil, ...), so the new venv sees this venv's packages as site dirs.
-        purelib = run(
-            python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path
-        )
-        outer = [p for p in sys.path if p.endswith("site-packages")]
-        lines = "".join(f"import site; site.addsitedir({p!r})\n" for p in outer)
-        (Path(purelib.strip()) / "_outer_venv.pth").write_text(lines)
-    # The system pip, running under the venv's python, installs into the venv.
-    run(python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", wheel, cwd=tmp_path)
+def test_the_installed_wheel_imports_from_its_venv_alone(venv: Path, tmp_path: Path) -> None:
+    """chaoslight, chaoslight.strategies, the command and the pytest plugin come from the
+    venv; no editable finder and no folder of the checkout is on the path."""
     check = textwrap.dedent(
-        """
+        f"""
         import importlib.util, json, sys
-        import chaoslight, chaoslight.strategies
-        schedule = chaoslight.Schedule.parse("oom@lightning.training_step rank=1 step=3")
-        print(json.dumps({
-            "chaoslight": chaoslight.__file__,
-            "strategies": chaoslight.strategies.__file__,
+        import chaoslight, chaoslight.strategies, chaoslight._pytest_plugin
+        print(json.dumps({{
+            "files": [chaoslight.__file__, chaoslight.strategies.__file__,
+                      chaoslight._pytest_plugin.__file__],
             "bare_strategies": importlib.util.find_spec("strategies") is not None,
-            "text": str(schedule),
-            "prefix": sys.prefix,
-        }))
+            "finders": [repr(finder) for finder in sys.meta_path],
+            "checkout": [p for p in sys.path if p and p.startswith({str(ROOT)!r})
+                         and not p.endswith("site-packages")],
+            "text": str(chaoslight.Schedule.parse("oom@lightning.training_step rank=1 step=3")),
+        }}))
         """
     )
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    found = json.loads(run(python, "-c", check, cwd=elsewhere))
-    site = Path(found["prefix"]).resolve()
-    assert site == venv.resolve()
-    assert Path(found["chaoslight"]).resolve().is_relative_to(site)
-    assert Path(found["strategies"]).resolve().is_relative_to(site)
-    assert not Path(found["chaoslight"]).resolve().is_relative_to(ROOT)
-    assert found["bare_strategies"] is False
+    found = json.loads(run(venv / "bin" / "python", "-c", check, cwd=tmp_path))
+    assert all(Path(file).resolve().is_relative_to(venv.resolve()) for file in found["files"])
+    assert not any("editable" in finder.lower() for finder in found["finders"])
+    assert found["checkout"] == [] and found["bare_strategies"] is False
     assert found["text"] == "oom@lightning.training_step rank=1 step=3"
-    # The [project.scripts] entry point and the pytest11 plugin work from the installed wheel.
-    listed = run(venv / "bin" / "chaoslight", "sites", cwd=elsewhere)
-    assert "lightning.training_step" in listed
-    plugin_check = "import chaoslight._pytest_plugin as p, sys; print(p.__file__)"
-    plugin_file = run(python, "-c", plugin_check, cwd=elsewhere).strip()
-    assert Path(plugin_file).resolve().is_relative_to(site)
-    helped = run(python, "-m", "pytest", "--help", cwd=elsewhere)
+    assert "lightning.training_step" in run(venv / "bin" / "chaoslight", "sites", cwd=tmp_path)
+    helped = run(venv / "bin" / "python", "-m", "pytest", "--help", cwd=tmp_path)
     assert "--chaos-world-size" in helped and "--chaos-timeout" in helped
+
+
+def test_the_installed_wheel_runs_the_readme_main_job(venv: Path, tmp_path: Path) -> None:
+    """`chaoslight fuzz examples/planted/swallowed_oom.py:train --seed 3`, from the venv in a
+    project holding only that example, exits 1 with the swallowed OOM as its failure."""
+    planted = tmp_path / "examples" / "planted"
+    planted.mkdir(parents=True)
+    for name in ("swallowed_oom.py", "_common.py"):
+        shutil.copy(ROOT / "examples" / "planted" / name, planted / name)
+    out = run(venv / "bin" / "chaoslight", *MAIN_JOB, cwd=tmp_path, status=1)
+    assert "oom@lightning.forward" in out, out
+    failure = json.loads((tmp_path / "chaoslight-failure.json").read_text())
+    assert [f["kind"] for f in failure["schedule"]["faults"]] == ["oom"], failure

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaoslight.strategies import schedules
 from hypothesis import find, given
 
 import chaoslight
@@ -34,6 +33,7 @@ from chaoslight._search._campaign import CLEAN, FOUND, Campaign
 from chaoslight._search._strategies import preemptions
 from chaoslight._verdict._known import KNOWN_ISSUES, match_known, parse_version
 from chaoslight._verdict._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE
+from chaoslight.strategies import schedules
 
 SITE = "lightning.training_step"
 PREEMPT = f"preempt@{SITE} rank=1 step=4"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from chaoslight.strategies import schedules
 from helpers import fit, pl, tiny_model_class
 from hypothesis import HealthCheck, given, settings
 
@@ -16,6 +15,7 @@ from chaoslight._checks._reach import ReachRecorder, user_sites
 from chaoslight._search._coverage import coverage
 from chaoslight._search._reach import Reach
 from chaoslight._search._recovery import RESUME_SITES
+from chaoslight.strategies import schedules
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

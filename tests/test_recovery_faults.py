@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaoslight.strategies import schedules
 from hypothesis import Phase, find, given, settings
 
 import chaoslight
@@ -18,6 +17,7 @@ from chaoslight._report._records import RankResult
 from chaoslight._runtime import FIRED
 from chaoslight._search._reach import Reach
 from chaoslight._world._restart import run_with_restarts
+from chaoslight.strategies import schedules
 
 CRASH = "crash@lightning.training_step rank=0 step=3"
 AGAIN = "raise@torch.load rank=1 run=2"

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import torch
 import wrapt
-from chaoslight.strategies import schedules
 from helpers import ExitFails, fit, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,6 +29,7 @@ import chaoslight
 from chaoslight import Delay, MemoryBudget, Raise, Schedule, Watchdog, _sites
 from chaoslight._runtime import PROGRESS_SITES
 from chaoslight._schedule._catalog import SITES
+from chaoslight.strategies import schedules
 
 # Crash is refused in-process: the kinds that may fire inside a test session.
 IN_PROCESS_KINDS = ("delay", "raise", "oom", "drop_sync", "allocate", "reorder", "corrupt")

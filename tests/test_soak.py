@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from chaoslight.strategies import DEFAULT_KINDS
 
 import chaoslight
 from chaoslight import Crash, Delay, Failure, Schedule, Settings, Verdict
@@ -31,6 +30,7 @@ from chaoslight._search._soak_record import (
     load_soak,
 )
 from chaoslight._verdict._known import KNOWN_ISSUES
+from chaoslight.strategies import DEFAULT_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 CORRECT = f"{REPO / 'examples' / 'corpus' / 'resume_last.py'}:train"

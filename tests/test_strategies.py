@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+
+import chaoslight
+from chaoslight import InvalidArgument, Schedule
+from chaoslight._schedule._catalog import SITES
+from chaoslight._search._minimize import drop_redundant_faults
 from chaoslight.strategies import (
     allocations,
     delays,
@@ -13,12 +19,6 @@ from chaoslight.strategies import (
     reorders,
     schedules,
 )
-from hypothesis import HealthCheck, Phase, find, given, settings
-
-import chaoslight
-from chaoslight import InvalidArgument, Schedule
-from chaoslight._schedule._catalog import SITES
-from chaoslight._search._minimize import drop_redundant_faults
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

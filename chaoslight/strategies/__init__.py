@@ -1,4 +1,4 @@
-"""Hypothesis strategies for chaoslight schedules (installed as ``chaoslight.strategies``).
+"""Hypothesis strategies for chaoslight schedules (``chaoslight.strategies``).
 
     from chaoslight.strategies import schedules
 
