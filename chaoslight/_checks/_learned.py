@@ -47,8 +47,10 @@ from chaoslight._schedule import InvalidSchedule, Severity, clip, fault_from_tex
 # stays far below one full pass of replicas-in-sync (which compares every element).
 PARAMETER_SAMPLE = 1 << 12
 
-# LearnedRelations relations per check, beside it (the check object is pickled to every rank).
-_LEARNED: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], LearnedRelations]]
+# The relations learned per check, with the references learned from, beside it (the
+# check object is pickled to every rank). The references themselves, not their ids: an id
+# is reused once its object is freed, and another program's references may get it.
+_LEARNED: weakref.WeakKeyDictionary[Any, tuple[tuple[Evidence, ...], LearnedRelations]]
 _LEARNED = weakref.WeakKeyDictionary()
 
 LEARNED_CAUSES = {
@@ -252,10 +254,10 @@ class LearnedInvariants(Check):
         return [] if broken is None else [self._violation(broken, evidence)]
 
     def _learned(self, references: list[Evidence]) -> LearnedRelations:
-        key = tuple(id(reference) for reference in references)
         kept = _LEARNED.get(self)
-        if kept is None or kept[0] != key:
-            kept = (key, learn([table_of(reference, self.name) for reference in references]))
+        if kept is None or list(map(id, kept[0])) != list(map(id, references)):
+            tables = [table_of(reference, self.name) for reference in references]
+            kept = (tuple(references), learn(tables))
             _LEARNED[self] = kept
         return kept[1]
 

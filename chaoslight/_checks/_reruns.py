@@ -9,6 +9,7 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import checksums
+from chaoslight._checks._reference import ProgramKey, program_key
 from chaoslight._runtime._protocol import Rerun
 from chaoslight._schedule import Crash, Schedule
 from chaoslight._schedule._validate import check_bounded_int, check_count, check_tolerance
@@ -20,8 +21,9 @@ class Deterministic(Check):
     """``runs`` runs of the same target and schedule end with the same weights and metrics.
 
     In a World the example is run ``runs`` times. In-process, keep one ``Deterministic``
-    object and inject it around each run: every run after the first is compared with it.
-    On mismatch the first step where the runs part is named.
+    object and inject it around each run: every later run of the same program is compared
+    with its first (another program's first run starts over). On mismatch the first step
+    where the runs part is named.
     """
 
     name = "deterministic"
@@ -33,7 +35,8 @@ class Deterministic(Check):
     def __init__(self, runs: int = 2, atol: float = 0.0) -> None:
         self.runs = check_bounded_int("runs", runs, 2, MAX_RUNS, "each run is a whole training")
         self.atol = check_tolerance("atol", atol)
-        self._first: Evidence | None = None
+        # In-process, the first run of the program judged last, and the program's key.
+        self._first: tuple[ProgramKey, Evidence] | None = None
 
     def observer(self) -> Any:
         check = self
@@ -50,11 +53,12 @@ class Deterministic(Check):
         return observer_class("DeterministicObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
-        """In-process: compare with the first run this object saw."""
-        if self._first is None:
-            self._first = evidence
+        """In-process: compare with the first run of this program."""
+        key = program_key(self, evidence)
+        if self._first is None or self._first[0] != key:
+            self._first = (key, evidence)
             return []
-        return self.compare(self._first, evidence)
+        return self.compare(self._first[1], evidence)
 
     def judge_reruns(self, evidence: Evidence, rerun: Rerun, scratch: Path) -> list[Violation]:
         """In a World: run the example ``runs - 1`` more times and compare each with the first."""

@@ -70,6 +70,10 @@ class Evidence:
     schedule: Any = None
     target: str = ""  # the example's target (a World's); "" in-process
     attempts: tuple[Evidence, ...] = ()  # a restarted job's earlier runs, in order
+    # In-process, what identifies the program that ran under inject() (its own frames,
+    # its LightningModule, the pytest test: ``_runtime/_program.py``); "" in a World,
+    # whose target names it. The fault-free references a check keeps are per program.
+    program: str = ""
 
     @property
     def fault_free(self) -> bool:

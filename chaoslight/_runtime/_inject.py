@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ from chaoslight._runtime._dispatch_budget import stop_watching, watch_allocation
 from chaoslight._runtime._engine import Engine
 from chaoslight._runtime._events import FIRED, Event, render_report, to_jsonl
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
+from chaoslight._runtime._program import program_probe
 from chaoslight._runtime._protocol import as_checks, enter_checks, exit_checks, observed_sites
 from chaoslight._runtime._trace import SPAN_KINDS, TRACED_SITES, Tracer
 from chaoslight._schedule._errors import (
@@ -117,6 +119,7 @@ class Injection:
         self._patches: list[_sites.Patch] = []
         self._budget_mode: Any = None  # the dispatch mode counting storages, under a budget
         self._ledger: _damage.Ledger | None = None  # backups of the files a fault damaged
+        self._program: Any = None  # what identifies the program run, for the checks' judges
 
     def __enter__(self) -> Run:
         global _ACTIVE
@@ -145,6 +148,9 @@ class Injection:
             if self.trace:
                 self._engine.tracer = Tracer(self._engine.record)
             self._engine.callbacks = [o for c in self.checks if (o := c.observer()) is not None]
+            if self.checks and self.judge:  # which program runs: its references are its own
+                self._program = program_probe(sys._getframe(1))
+                self._engine.callbacks.append(self._program)
             deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
             points = _sites.points_for(self.schedule.sites | self.observe, deferred_oom=deferred)
             self._patches = _sites.install(points)
@@ -181,7 +187,8 @@ class Injection:
                 rank, "failed", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""
             )
         )
-        evidence = Evidence(self.run.events, {rank: view}, self.schedule)
+        program = self._program.key if self._program is not None else ""
+        evidence = Evidence(self.run.events, {rank: view}, self.schedule, program=program)
         self.run.violations = [v for c in self.checks for v in c.judge(evidence)]
         if self.run.violations and exc is None:
             raise CheckFailed(self.run.violations)
