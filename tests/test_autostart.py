@@ -83,11 +83,14 @@ def test_a_process_an_armed_rank_starts_is_not_armed(
 ) -> None:
     """A tool a rank runs (same rank variables) gets no stack dump and no torch hook."""
     events = tmp_path / "events"
-    env = _environment(Schedule([Delay(0, site="torch.save")]), tmp_path, events)
+    env = _environment(Schedule([Delay(0, site="torch.save")]), tmp_path, events, tmp_path)
     for name in (_autostart.SCHEDULE_VARIABLE, _autostart.EVENTS_VARIABLE, _autostart.JOB_VARIABLE):
         monkeypatch.setenv(name, env[name])
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.delenv(_autostart.ARMED_VARIABLE, raising=False)
+    # start() marks this process armed for the processes it starts; set first, so that
+    # monkeypatch takes the mark away again.
+    monkeypatch.setenv(_autostart.ARMED_VARIABLE, "")
+    monkeypatch.delenv(_autostart.ARMED_VARIABLE)
     try:
         _autostart.start()  # this process is rank 1, armed
         tool = (

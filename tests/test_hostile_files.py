@@ -6,11 +6,15 @@ answer is one line (exit 2) or a one-line skip, before any World starts."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from hypothesis.database import InMemoryExampleDatabase
 
 import chaoslight
@@ -20,6 +24,7 @@ from chaoslight._cli import main
 from chaoslight._runtime import _autostart
 from chaoslight._schedule._validate import MAX_SCHEDULE_FAULTS
 from chaoslight._search._database import KNOWN_FAILURES, known_failures
+from chaoslight._sites import _damage
 
 SENTINEL = "chaoslight_hostile_sentinel"
 TARGET = "tests/ddp_targets.py:plain_fit"
@@ -388,8 +393,28 @@ def test_an_imported_modules_lazy_names_are_not_loaded(
     assert not sentinel.exists()
 
 
+SITE_PACKAGES = ".venv/lib/python3.11/site-packages"
+
+
 @pytest.mark.parametrize(
-    "target", ["os:system", "subprocess:getoutput", f"{SENTINEL}:Boom", "../outside.py:train"]
+    "target",
+    [
+        "os:system",
+        "subprocess:getoutput",
+        f"{SENTINEL}:Boom",
+        "../outside.py:train",
+        # A folder named like a stdlib or installed module is not that module's code.
+        "venv:main",
+        "http.server:test",
+        "json.tool:main",
+        "pytest:main",
+        # A module of this project: a missing one, an attribute path out of it.
+        "mypkg.missing:main",
+        "mypkg:os.abort",
+        "train.py:os.abort",
+        # A file under this directory that belongs to a virtual environment.
+        f"{SITE_PACKAGES}/vendored.py:main",
+    ],
 )
 def test_replay_runs_no_target_a_file_names_outside_this_directory(
     target: str,
@@ -398,10 +423,18 @@ def test_replay_runs_no_target_a_file_names_outside_this_directory(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A failure file whose target is not code under the current directory is refused in one
-    line naming the command that would run it; nothing is imported and no World starts."""
+    """A failure file whose target is not this project's code under the current directory
+    is refused in one line naming the command that would run it; nothing is imported and
+    no World starts."""
     project = tmp_path / "project"
-    project.mkdir()
+    for folder in ("venv", "http", "json", "pytest", "mypkg", SITE_PACKAGES):
+        (project / folder).mkdir(parents=True)
+    for package in ("json", "pytest", "mypkg"):  # a stdlib name, an installed one, ours
+        (project / package / "__init__.py").write_text("import os\n\ndef main():\n    pass\n")
+    (project / "json" / "tool.py").write_text("def main():\n    pass\n")
+    (project / "train.py").write_text("import os\n")
+    (project / SITE_PACKAGES / "vendored.py").write_text("def main():\n    pass\n")
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (tmp_path / "outside.py").write_text("def train():\n    pass\n")
     monkeypatch.chdir(project)
     path = write(project, failure_doc(target=target))
@@ -417,13 +450,196 @@ def test_replay_runs_no_target_a_file_names_outside_this_directory(
 def test_replay_runs_the_target_a_file_names_under_this_directory(
     tmp_path: Path, sentinel: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The file's own target runs when it is a .py file or package of this project."""
+    """The file's own target runs when it is a .py file or a module of this project."""
     (tmp_path / "train.py").write_text("def main():\n    pass\n")
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "train.py").write_text("def main():\n    pass\n")
     monkeypatch.chdir(tmp_path)
     for target in ("train.py:main", "mypkg.train:main"):
         path = write(tmp_path, failure_doc(target=target))
         with pytest.raises(WorldWouldStart):
             main(["replay", str(path)])
     assert len(NoWorld.started) == 2
+
+
+# -- schedule text imports nothing; an exception it cannot build is a usage error -----------
+
+NUMERIC_UTILS = "torch._inductor.fx_passes.numeric_utils"  # importing it sets an env var
+
+
+def test_a_library_submodule_a_schedule_names_is_not_imported(
+    tmp_path: Path,
+    sentinel: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """exception=torch.<submodule not imported>:X is refused in one line: the submodule is
+    not imported (its import would set CUBLAS_WORKSPACE_CONFIG for the program)."""
+    del sentinel
+    monkeypatch.delitem(sys.modules, NUMERIC_UTILS, raising=False)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    path = write(tmp_path, failure_doc(schedule=raise_schedule(f"{NUMERIC_UTILS}:NoSuch")))
+    status, err = replay(path, capsys)
+    assert status == 2 and f"{NUMERIC_UTILS} is not imported in this process" in err, err
+    assert NUMERIC_UTILS not in sys.modules and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    assert NoWorld.started == []
+
+
+@pytest.mark.parametrize("exception", ["UnicodeDecodeError", "UnicodeTranslateError"])
+def test_an_exception_its_arguments_cannot_build_is_a_usage_error(
+    exception: str, tmp_path: Path, sentinel: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """raise@torch.save exception=UnicodeDecodeError (its constructor takes 5 arguments) is
+    exit 2 naming the class and the arguments, before any World; inject() refuses it on
+    entry, never as an internal error when the fault fires."""
+    del sentinel
+    text = f"raise@torch.save exception={exception}\n"
+    status, err = replay(write(tmp_path, text, "s.txt"), capsys)
+    assert status == 2 and f"exception={exception!r} cannot be raised with args=" in err, err
+    assert NoWorld.started == []
+    with pytest.raises(InvalidSchedule, match="give the arguments its constructor takes"):
+        chaoslight.inject(text).__enter__()
+
+
+# -- the damage ledger: the job's own, read as data -------------------------------------------
+
+ATTACKER_KEY = b"ssh-ed25519 ATTACKER-KEY attacker\n"
+
+
+def ledger_entry(path: Path, backup: str | None) -> str:
+    data = path.read_bytes()
+    entry = {"path": str(path), "size": len(data), "sha256": sha256(data).hexdigest()}
+    return json.dumps({**entry, "at": 1, "backup": backup}) + "\n"
+
+
+def plant_ledger(folder: Path, victim: Path, secret: Path, drop: Path) -> None:
+    """The review's manifest: overwrite ``victim`` (known content) with the attacker's key,
+    copy ``secret`` into ``drop`` (a file the attacker reads), by absolute path and ``..``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "backup-1-evil").write_bytes(ATTACKER_KEY)
+    lines = [
+        ledger_entry(victim, "backup-1-evil"),
+        ledger_entry(drop, str(secret)),
+        ledger_entry(drop, f"../{secret.parent.name}/{secret.name}"),
+    ]
+    (folder / "manifest-1.jsonl").write_text("".join(lines))
+
+
+@pytest.fixture
+def victims(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A user's authorized_keys and private key, and a file an attacker can read."""
+    home = tmp_path / "home"
+    home.mkdir()
+    victim, secret, drop = home / "authorized_keys", home / "id_ed25519", tmp_path / "drop"
+    victim.write_bytes(b"ssh-ed25519 USER-KEY user\n")
+    secret.write_bytes(b"-----BEGIN PRIVATE KEY----- (user secret)\n")
+    drop.write_bytes(b"")
+    return victim, secret, drop
+
+
+def test_chaoslight_run_never_restores_from_a_ledger_planted_in_its_events_dir(
+    tmp_path: Path, victims: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chaoslight run --events-dir DIR` where DIR already holds a ledger someone planted:
+    the job's ledger is its own, so no file the planted manifest names is touched."""
+    victim, secret, drop = victims
+    events = tmp_path / "events"
+    plant_ledger(events / "chaoslight-damage", victim, secret, drop)
+    schedule = write(tmp_path, "delay@torch.save seconds=0\n", "s.txt")
+    args = ["run", "--schedule", str(schedule), "--events-dir", str(events), "--"]
+    assert main([*args, sys.executable, "-c", "pass"]) == 0, capsys.readouterr().err
+    assert victim.read_bytes() == b"ssh-ed25519 USER-KEY user\n"
+    assert drop.read_bytes() == b""
+
+
+def test_a_ledger_holding_backups_outside_it_puts_nothing_back(
+    tmp_path: Path, victims: tuple[Path, Path, Path]
+) -> None:
+    """Even in a private ledger, a backup named by an absolute path or with ``..`` is not a
+    backup of the ledger's: nothing is copied from it."""
+    victim, secret, drop = victims
+    ledger = _damage.make_ledger()
+    try:
+        plant_ledger(ledger, victim, secret, drop)
+        (ledger / "backup-1-evil").unlink()
+        (ledger / "backup-1-evil").symlink_to(secret)  # a link to the secret: not followed
+        with pytest.warns(RuntimeWarning, match="could not put back"):
+            _damage.restore(ledger)
+    finally:
+        shutil.rmtree(ledger)
+    assert victim.read_bytes() == b"ssh-ed25519 USER-KEY user\n" and drop.read_bytes() == b""
+
+
+STATE = {"w": list(range(100))}
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "project" / "model.pt"
+    path.parent.mkdir()
+    torch.save({"w": torch.arange(1000)}, path)
+    return path
+
+
+def truncated_save(path: Path) -> None:
+    with pytest.raises(OSError):
+        torch.save(STATE, path)
+
+
+@pytest.mark.parametrize("named", ["leftover", "open to all", "a link", "gone"])
+def test_a_ledger_not_made_for_this_job_is_not_trusted(
+    named: str, model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``chaoslight-damage`` folder left beside the events file, or a ledger variable naming
+    a folder anyone may write, a link or no folder: inject() keeps its own ledger, puts the
+    user's model.pt back itself, and writes nothing there."""
+    folder = tmp_path / "chaoslight-damage"
+    folder.mkdir()
+    if named == "open to all":
+        folder.chmod(0o777)
+    elif named == "a link":
+        private = tmp_path / "private"
+        private.mkdir(mode=0o700)
+        folder.rmdir()
+        folder.symlink_to(private)
+    elif named == "gone":
+        folder.rmdir()
+    if named != "leftover":
+        monkeypatch.setenv(_damage.LEDGER_VARIABLE, str(folder))
+    before = model.read_bytes()
+    with chaoslight.inject("raise@torch.save exception=OSError", events_file=tmp_path / "e.jsonl"):
+        truncated_save(model)
+        assert model.read_bytes() != before
+    assert model.read_bytes() == before
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_damaged_file_swapped_for_a_link_is_not_written_through(
+    model: Path, tmp_path: Path
+) -> None:
+    """The program replaces its damaged model.pt by a link to another file holding the same
+    bytes: putting the original back does not write through the link."""
+    other = tmp_path / "other.pt"
+    with chaoslight.inject("raise@torch.save exception=OSError"):
+        truncated_save(model)
+        damaged = model.read_bytes()
+        other.write_bytes(damaged)
+        model.unlink()
+        model.symlink_to(other)
+    assert model.is_symlink() and other.read_bytes() == damaged
+
+
+def test_an_events_dir_of_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`chaoslight run --events-dir DIR` with DIR owned by someone else: exit 2, one line."""
+    schedule = write(tmp_path, "delay@torch.save seconds=0\n", "s.txt")
+    started = tmp_path / "started"
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 1)  # as if the folder were another's
+    args = ["run", "--schedule", str(schedule), "--events-dir", str(tmp_path), "--"]
+    status = main([*args, "touch", str(started)])
+    err = capsys.readouterr().err
+    assert status == 2 and "belongs to another user" in err and err.count("\n") == 1
+    assert not started.exists()

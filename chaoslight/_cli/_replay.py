@@ -5,7 +5,6 @@ replays each of its findings in turn (``chaoslight soak --replay FILE`` runs eve
 from __future__ import annotations
 
 import argparse
-from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,11 @@ from rich.console import Console
 from chaoslight._cli._outputs import check_page
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._report import show_cause_traceback, show_timeline
-from chaoslight._schedule import InvalidArgument
 from chaoslight._search import replay
 from chaoslight._search._failure import Failure, replay_command
 from chaoslight._search._soak_record import soak_failures
 from chaoslight._search._specs import typed_checks
-from chaoslight._world._target import parse_target
+from chaoslight._world._target import own_target
 
 
 def add_command(commands: Any) -> None:
@@ -54,33 +52,10 @@ def add_command(commands: Any) -> None:
     )
 
 
-def _own_target(file: str, target: str) -> str:
-    """The file's target, run only when it is this project's own code: a .py file under the
-    current directory, or a module whose top-level package lies there (found without
-    importing it). A file is data (docs/explanation/trust.md): any other target runs only
-    when the user names it on the command line."""
-    if not target:
-        raise InvalidArgument(f"{file} names no target: give one, e.g. replay FILE train.py:main")
-    parsed = parse_target(target)
-    here = Path.cwd().resolve()
-    if parsed.path is not None:
-        own = Path(parsed.path).resolve().is_relative_to(here)
-    else:
-        top = (parsed.module or "").partition(".")[0]
-        own = PathFinder.find_spec(top, [str(here)]) is not None
-    if not own:
-        raise InvalidArgument(
-            f"{file} names the target {target!r}, which is not code under this directory; "
-            f"replay runs no code a file names: to run it, name it: "
-            f"chaoslight replay {file} {target}"
-        )
-    return target
-
-
 def main(args: argparse.Namespace) -> int:
     check_page("--html", args.html)
     failure = Failure.load(args.file)
-    target = args.target or _own_target(args.file, failure.target)
+    target = args.target or own_target(args.file, failure.target, f"chaoslight replay {args.file}")
     console = Console(highlight=False, soft_wrap=True, markup=False)
     findings = soak_failures(args.file)
     if findings is None:

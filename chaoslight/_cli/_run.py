@@ -38,7 +38,7 @@ from chaoslight._runtime._dumps import innermost_user_frame, main_thread_frames,
 from chaoslight._runtime._events import Event, merge, read_event_log, render_report
 from chaoslight._runtime._resolve import check_runnable
 from chaoslight._schedule._model import Schedule
-from chaoslight._sites._damage import make_ledger, settle
+from chaoslight._sites._damage import LEDGER_VARIABLE, make_ledger, settle
 
 RUN_TIMEOUT_S = 3600.0  # the whole job's deadline, by default
 
@@ -147,9 +147,11 @@ def run_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="chaoslight-run-") as scratch, terminate_raises():
         folder = events_dir or Path(scratch) / "events"
         folder.mkdir(exist_ok=True)
-        ledger = make_ledger(folder)  # backups of what the job's faults damage
+        # Backups of what the job's faults damage: the job's own folder, outside the events
+        # folder (kept, should a file not go back), named to its processes.
+        ledger = make_ledger()
         try:
-            environment = _environment(schedule, Path(scratch), folder)
+            environment = _environment(schedule, Path(scratch), folder, ledger)
             ending = CommandJob(command, environment, folder).run(timeout)
         finally:  # the job is over, whole: the user's files go back as they were
             settle(ledger)
@@ -164,16 +166,25 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _events_dir(value: str) -> Path:
-    """The folder, made, as an absolute path: the job's processes may change directory."""
+    """The folder, made, as an absolute path: the job's processes may change directory.
+    A folder of another user is refused: the job's logs would be theirs to write."""
     folder = Path(value).absolute()
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        owner = folder.stat().st_uid
     except OSError as exc:
         raise UsageError(f"--events-dir={value!r} cannot be made: {exc.strerror}") from None
+    if owner != os.getuid():
+        raise UsageError(
+            f"--events-dir={value!r} belongs to another user (uid {owner}); chaoslight keeps "
+            "a job's logs only in a folder of yours: give another folder"
+        )
     return folder
 
 
-def _environment(schedule: Schedule, scratch: Path, events_dir: Path) -> dict[str, str]:
+def _environment(
+    schedule: Schedule, scratch: Path, events_dir: Path, ledger: Path
+) -> dict[str, str]:
     hook_dir = scratch / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -184,6 +195,7 @@ def _environment(schedule: Schedule, scratch: Path, events_dir: Path) -> dict[st
     env[SCHEDULE_VARIABLE] = str(schedule_file)
     env[EVENTS_VARIABLE] = str(events_dir)
     env[JOB_VARIABLE] = secrets.token_hex(6)  # this job's, apart from any other's
+    env[LEDGER_VARIABLE] = str(ledger)  # where its processes back up what faults damage
     env.pop(ARMED_VARIABLE, None)  # an enclosing job's mark: no rank of this job yet
     return env
 

@@ -21,8 +21,13 @@ from rich.text import Text
 from chaoslight._cli._arguments import add_world_options, search_settings
 from chaoslight._cli._outputs import Outputs
 from chaoslight._cli._progress import PLAIN_EVERY_S
-from chaoslight._cli._replay import _own_target
-from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, UsageError
+from chaoslight._cli._usage import (
+    EXIT_CLEAN,
+    EXIT_FOUND,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    UsageError,
+)
 from chaoslight._search._failure import replay_command
 from chaoslight._search._kinds import DEFAULT_KINDS
 from chaoslight._search._soak import SoakProgress, soak
@@ -36,8 +41,8 @@ from chaoslight._search._soak_record import (
     replay_soak,
 )
 from chaoslight._search._statuses import BASELINE, FLAKY, INTERNAL_ERROR
+from chaoslight._world._target import own_target
 
-EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 SEED_RANGE = 2**31
 FINDING_LABELS: dict[str, str] = {
     FLAKY: "FLAKY (not reproduced in a fresh World)",
@@ -174,7 +179,8 @@ def _summary(console: Console, result: SoakResult, out: Path) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     failure, section, records = load_soak(args.replay)
-    target = args.target or _own_target(args.replay, failure.target)
+    rerun = f"chaoslight soak --replay {args.replay}"
+    target = args.target or own_target(args.replay, failure.target, rerun)
     console = Console(highlight=False, soft_wrap=True, markup=False)
     console.print(f"chaoslight soak --replay: {len(records)} jobs of {args.replay} on {target}")
 

@@ -143,7 +143,7 @@ class Injection:
             _ACTIVE = self
         try:
             self._engine = Engine(self.schedule, self.events_file, self.observe)
-            self._ledger = _damage.begin(self.events_file)
+            self._ledger = _damage.begin()
             self._engine.resume_from = self.resume_from
             if self.trace:
                 self._engine.tracer = Tracer(self._engine.record)

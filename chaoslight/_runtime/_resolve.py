@@ -3,23 +3,28 @@ the schedule names.
 
 A schedule is data: it comes from failure files, schedule files, ``CHAOSLIGHT_SCHEDULE``
 and the campaign database, all of which travel between people and machines. So a
-``Raise``'s ``module:QualName`` is looked up, never imported: a builtin; a class of a
-library chaoslight patches (``TRUSTED_LIBRARIES``: importing one runs only its own code);
-or a class of a module this process has already imported (the target, in a World's rank,
-is imported before its schedule's engine is built). ``import pkg`` would run ``pkg``'s
-module code, and any script on ``sys.path`` without a ``__main__`` guard runs whole.
+``Raise``'s ``module:QualName`` is looked up, never imported: a builtin, or a class of a
+module this process has already imported (the target, in a World's rank, is imported
+before its schedule's engine is built). The one import a schedule may cause is the top
+of a library chaoslight patches (``TRUSTED_LIBRARIES``: ``import torch``, which every
+rank does anyway); a submodule of it is looked up like any other module, since importing
+one runs its code (one sets ``CUBLAS_WORKSPACE_CONFIG``), and so is each name in the
+class's path (a library's lazy ``__getattr__`` imports). The class must also be built
+from the schedule's arguments, so that a fault that fires never fails in chaoslight.
 The parent checks the same before any rank starts (docs/explanation/trust.md).
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib
 import sys
 from typing import Any
 
 import psutil
 
+from chaoslight._schedule._clip import clip
 from chaoslight._schedule._errors import InvalidArgument, InvalidSchedule
 from chaoslight._schedule._faults import Allocate, Raise
 from chaoslight._schedule._model import Schedule
@@ -38,7 +43,7 @@ FIX = (
 
 def exception_class(name: str) -> type[BaseException]:
     """A Raise fault's exception class, by builtin name or ``module:QualName``, resolved
-    without importing any module but a trusted library's."""
+    among the modules already imported, importing at most a trusted library's top."""
     if ":" not in name:
         found = vars(builtins).get(name)
         if not (isinstance(found, type) and issubclass(found, BaseException)):
@@ -48,13 +53,11 @@ def exception_class(name: str) -> type[BaseException]:
         module_name, qualname = check_import_path("exception", name)
     except InvalidArgument as exc:
         raise InvalidSchedule(f"exception={name!r} cannot be imported: {exc}") from None
+    top = module_name.partition(".")[0]
+    if is_trusted_library(module_name) and top not in sys.modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(top)
     module = sys.modules.get(module_name)
-    trusted = is_trusted_library(module_name)
-    if module is None and trusted:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            module = None
     if module is None:
         raise InvalidSchedule(
             f"exception={name!r} cannot be imported: a schedule imports no module and "
@@ -62,9 +65,8 @@ def exception_class(name: str) -> type[BaseException]:
         )
     obj: Any = module
     for part in qualname.split("."):
-        # A library may load a name lazily (a module __getattr__ imports its submodule);
-        # any other module's names are read from its namespace, so nothing runs.
-        found = getattr(obj, part, None) if trusted else getattr(obj, "__dict__", {}).get(part)
+        # Read from the namespace, so nothing runs: a module's __getattr__ may import.
+        found = getattr(obj, "__dict__", {}).get(part)
         if found is None:
             raise InvalidSchedule(
                 f"exception={name!r} cannot be imported: {module_name} has no {qualname}"
@@ -76,8 +78,21 @@ def exception_class(name: str) -> type[BaseException]:
 
 
 def exception_classes(schedule: Schedule) -> dict[str, type[BaseException]]:
-    """Every Raise fault's exception class, by the name the schedule gives it."""
-    return {f.exception: exception_class(f.exception) for f in schedule if isinstance(f, Raise)}
+    """Every Raise fault's exception class, by the name the schedule gives it; each built
+    once from its fault's arguments, as the fault will build it."""
+    classes = {}
+    for fault in schedule:
+        if isinstance(fault, Raise):
+            classes[fault.exception] = cls = exception_class(fault.exception)
+            try:
+                cls(*fault.args)
+            except Exception as exc:
+                why = clip(f"{type(exc).__name__}: {exc}", 200, one_line=True)
+                raise InvalidSchedule(
+                    f"exception={fault.exception!r} cannot be raised with args="
+                    f"{list(fault.args)!r} ({why}); give the arguments its constructor takes"
+                ) from None
+    return classes
 
 
 def check_allocation_memory(schedule: Schedule, ranks: int) -> None:

@@ -12,10 +12,18 @@ since keeps what the program did. Several damages of one file undo newest first,
 file ends as it was before the first.
 
 Who restores: the process itself, when ``inject()`` exits -- unless the process that
-started it made a folder named ``LEDGER`` beside the events file it gave it (a World's
-example, ``chaoslight run``). Then the process writes its backups and manifest there and
-the parent restores once the job is over: a crash kills the rank before it could, and a
-run restarted after the fault must still see the damage (see ``holding``).
+started it (a World for its example, ``chaoslight run`` for its job) made the job's
+ledger with ``make_ledger`` and named it in ``LEDGER_VARIABLE``. Then the process writes
+its backups and manifest there and that parent restores once the job is over: a crash
+kills the rank before it could, and a run restarted after the fault must still see the
+damage (see ``holding``).
+
+A ledger is read as data, never trusted like code: it is a fresh folder of the job
+(``mkdtemp``, mode 0700, this user's), never a fixed name in a folder someone else may
+have made; a named folder that is not such a folder is ignored (the process keeps a
+private ledger and restores itself); a backup is a plain file name inside the ledger, a
+manifest a plain file ``manifest-PID.jsonl``, and neither the user's file nor a backup is
+opened through a symbolic link.
 
 A damaged *load* (``bad_checkpoint``) writes nothing of the user's: ``damaged_load`` hands
 the load a damaged copy (a temporary file, or bytes in memory), or raises the missing
@@ -30,6 +38,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -39,9 +48,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-LEDGER = "chaoslight-damage"  # the folder a parent makes beside the events files it reads
+# The job's ledger folder, set by the parent that restores (a World, ``chaoslight run``).
+LEDGER_VARIABLE = "CHAOSLIGHT_DAMAGE_LEDGER"
 _MANIFEST = "manifest-{pid}.jsonl"
+_MANIFEST_NAME = re.compile(r"manifest-[0-9]{1,10}\.jsonl")
+_BACKUP_NAME = re.compile(r"backup-[0-9]{1,10}-[A-Za-z0-9_]{1,32}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
+_READ = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_WRITE = os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class Ledger:
@@ -57,13 +72,13 @@ class Ledger:
         """Back up ``path`` (or note it is absent), then overwrite it with ``data``. A file
         that cannot be backed up, or is not a regular file, is left alone."""
         try:
-            before = os.stat(path)
+            before = os.lstat(path)
         except FileNotFoundError:
             before = None
         except OSError:
             return
         if before is not None and not stat.S_ISREG(before.st_mode):
-            return  # a device or a pipe: nothing a crash mid-write could truncate
+            return  # a device, a pipe, a link: nothing a crash mid-write could truncate
         entry: dict[str, Any] = {
             "path": path,
             "size": len(data),
@@ -75,7 +90,7 @@ class Ledger:
             folder = self._folder()
             if before is not None:
                 fd, backup = tempfile.mkstemp(prefix=f"backup-{os.getpid()}-", dir=folder)
-                with os.fdopen(fd, "wb") as copy, open(path, "rb") as original:
+                with os.fdopen(fd, "wb") as copy, _opened(path, _READ, "rb") as original:
                     shutil.copyfileobj(original, copy, _CHUNK)
                 entry["backup"] = os.path.basename(backup)
                 entry["times"] = [before.st_atime_ns, before.st_mtime_ns]
@@ -84,8 +99,10 @@ class Ledger:
                 log.write(json.dumps(entry) + "\n")
         except OSError:
             return  # no backup, no damage: the fault still fires, the file stays whole
-        # A file that cannot be written (no such folder) is not damaged: the fault fires.
-        with contextlib.suppress(OSError), open(path, "wb") as damaged:
+        # A file that cannot be written (no such folder, a link put there since) is not
+        # damaged: the fault fires.
+        flags = _WRITE | os.O_CREAT | os.O_TRUNC
+        with contextlib.suppress(OSError), _opened(path, flags, "wb") as damaged:
             damaged.write(data)
 
     def close(self) -> None:
@@ -98,7 +115,7 @@ class Ledger:
 
     def _folder(self) -> Path:
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="chaoslight-damage-"))
+            self.folder = make_ledger()
         return self.folder
 
 
@@ -111,11 +128,29 @@ class _State:
 DAMAGE_STATE = _State()
 
 
-def begin(events_file: str | os.PathLike[str] | None) -> Ledger:
-    """The ledger of an injection starting in this process (shared if its parent made one)."""
-    shared = None if events_file is None else Path(events_file).absolute().parent / LEDGER
-    if shared is not None and shared.is_dir():
-        DAMAGE_STATE.ledger = Ledger(shared, shared=True)
+def make_ledger() -> Path:
+    """A fresh ledger folder, private to this user (0700): a process's own, or, for a
+    parent, the one its processes fill (named to them in ``LEDGER_VARIABLE``)."""
+    return Path(tempfile.mkdtemp(prefix="chaoslight-damage-"))
+
+
+def is_private_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a directory itself (no link), this user's, closed to others."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def begin() -> Ledger:
+    """The ledger of an injection starting in this process: the job's, when the parent
+    that restores named one (an absolute path to a private folder of this user); else a
+    private one, restored when the injection ends. A named folder that is gone (a job
+    over) or not such a folder is not trusted: the process restores itself."""
+    named = os.environ.get(LEDGER_VARIABLE, "")
+    if os.path.isabs(named) and is_private_folder(named):
+        DAMAGE_STATE.ledger = Ledger(Path(named), shared=True)
     else:
         DAMAGE_STATE.ledger = Ledger(None, shared=False)
     return DAMAGE_STATE.ledger
@@ -133,14 +168,6 @@ def damage(target: str | os.PathLike[str], data: bytes) -> None:
     """Overwrite the file ``target`` with ``data``, undoably; nothing without a ledger."""
     if DAMAGE_STATE.ledger is not None:
         DAMAGE_STATE.ledger.damage(os.path.realpath(target), data)
-
-
-def make_ledger(beside: Path) -> Path:
-    """For a parent: the ledger folder its processes will fill, in ``beside`` (the folder of
-    the events files it gives them)."""
-    folder = beside / LEDGER
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 def settle(folder: Path) -> None:
@@ -178,16 +205,25 @@ def holding(scratch: Path) -> Iterator[None]:
 def restore(*folders: Path) -> bool:
     """Put back every file the ledgers in ``folders`` damaged, newest damage first; True
     when all went back (else each failure is warned about and its backup kept)."""
-    entries = [(entry, folder) for folder in folders for entry in _entries(folder)]
-    entries.sort(key=lambda pair: pair[0].get("at", 0), reverse=True)
     done = True
+    for folder in folders:
+        if not is_private_folder(folder):
+            done = False
+            warnings.warn(
+                f"chaoslight did not read the damage ledger {folder}: it is not a private "
+                "folder of this user, so its entries could have been written by anyone",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    entries = [(entry, folder) for folder in folders for entry in _entries(folder)]
+    entries.sort(key=lambda pair: pair[0]["at"], reverse=True)
     for entry, folder in entries:
         try:
             _put_back(entry, folder)
-        except (OSError, KeyError, TypeError, ValueError) as exc:
+        except OSError as exc:
             done = False
             warnings.warn(
-                f"chaoslight could not put back {entry.get('path')!r} after a fault damaged "
+                f"chaoslight could not put back {entry['path']!r} after a fault damaged "
                 f"it ({exc}); its original is kept in {folder}",
                 RuntimeWarning,
                 stacklevel=2,
@@ -196,44 +232,95 @@ def restore(*folders: Path) -> bool:
 
 
 def _entries(folder: Path) -> list[dict[str, Any]]:
+    """The well-formed entries of the ledger ``folder``'s manifests; nothing from a folder
+    that is not a private one, a manifest that is not a plain file, or a malformed line."""
+    if not is_private_folder(folder):
+        return []  # said by ``restore``
     entries = []
-    for manifest in sorted(folder.glob(_MANIFEST.format(pid="*"))):
-        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+    for name in sorted(os.listdir(folder)):
+        if not _MANIFEST_NAME.fullmatch(name):
+            continue
+        try:
+            with _opened(str(folder / name), _READ, "rb") as manifest:
+                lines = manifest.read().decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            continue  # a link, or not a file: no process of the job wrote it
+        for line in lines:
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue  # cut short by a kill: that damage was never written
-            if isinstance(entry, dict):
+            if _well_formed(entry):
                 entries.append(entry)
     return entries
 
 
+def _well_formed(entry: Any) -> bool:
+    """An entry as ``Ledger.damage`` writes it: an absolute path, a size and digest, and
+    a backup that is a plain name of a backup file (or None: there was no file)."""
+    if not isinstance(entry, dict):
+        return False
+    path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
+    backup, times = entry.get("backup"), entry.get("times")
+    if not (isinstance(path, str) and os.path.isabs(path) and isinstance(entry.get("at"), int)):
+        return False
+    if not (isinstance(size, int) and size >= 0 and isinstance(digest, str)):
+        return False
+    if _SHA256.fullmatch(digest) is None:
+        return False
+    if backup is not None and not (isinstance(backup, str) and _BACKUP_NAME.fullmatch(backup)):
+        return False  # an absolute path, a ``..``: nothing the ledger's own backups are
+    return times is None or (
+        isinstance(times, list) and len(times) == 2 and all(isinstance(t, int) for t in times)
+    )
+
+
 def _put_back(entry: dict[str, Any], folder: Path) -> None:
-    path = str(entry["path"])
-    if not _holds(path, int(entry["size"]), str(entry["sha256"])):
+    path = entry["path"]
+    if not _holds(path, entry["size"], entry["sha256"]):
         return  # the program wrote or removed it since: that is the program's change
-    if entry.get("backup") is None:
-        os.remove(path)
+    if entry["backup"] is None:
+        os.remove(path)  # the damaged file itself: ``_holds`` opened it, not a link
         return
-    with open(folder / str(entry["backup"]), "rb") as original, open(path, "wb") as handle:
+    with (
+        _opened(str(folder / entry["backup"]), _READ, "rb") as original,
+        _opened(path, _WRITE | os.O_TRUNC, "wb") as handle,
+    ):
         shutil.copyfileobj(original, handle, _CHUNK)
-    if entry.get("times"):
-        atime, mtime = entry["times"]
-        os.utime(path, ns=(int(atime), int(mtime)))
+        handle.flush()
+        if entry.get("times"):
+            atime, mtime = entry["times"]
+            os.utime(handle.fileno(), ns=(atime, mtime))
 
 
 def _holds(path: str, size: int, sha256: str) -> bool:
-    """Whether the file at ``path`` holds exactly the damaged bytes."""
+    """Whether the file at ``path`` (not a link) holds exactly the damaged bytes."""
     try:
-        if os.stat(path).st_size != size:
-            return False
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
+        with _opened(path, _READ, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size != size:
+                return False
+            digest = hashlib.sha256()
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
     except OSError:
         return False
     return digest.hexdigest() == sha256
+
+
+@contextlib.contextmanager
+def _opened(path: str, flags: int, mode: str) -> Iterator[Any]:
+    """``path`` opened with ``flags`` (``O_NOFOLLOW``: a link is refused) as a regular
+    file, else ``OSError``."""
+    fd = os.open(path, flags, 0o666)  # a file it creates gets the umask's mode, as open()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        handle = os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        yield handle
 
 
 def damaged_load(

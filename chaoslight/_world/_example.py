@@ -103,9 +103,10 @@ class Example:
         self.decider = HangDecider()
         self.decision: HangDecision | None = None  # why the wavefront says the example is hung
         self.let_go = False  # whether the ranks it names were told to leave their collectives
-        # Beside the events files: a rank backs up there what its faults damage, and the
-        # parent puts it back when the example is over (a crashed rank cannot).
-        self.ledger = _damage.make_ledger(folder)
+        # The example's own: a rank (told by ``RunExample.ledger``) backs up there what its
+        # faults damage, and the parent puts it back when the example is over (a crashed
+        # rank cannot).
+        self.ledger = _damage.make_ledger()
 
     def events_path(self, rank: int) -> Path:
         return self.folder / f"rank{rank}.events.jsonl"

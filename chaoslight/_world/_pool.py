@@ -245,8 +245,9 @@ class World:
         run = RunExample(
             example.ident, spec, text, timeout, str(work), "", checks, resume_from, trace
         )
+        ledger = str(example.ledger)  # the example's: what its faults damage goes back here
         for slot in slots:
-            slot.send(replace(run, events=str(example.events_path(slot.rank))))
+            slot.send(replace(run, events=str(example.events_path(slot.rank)), ledger=ledger))
         example.collect()
         ranks, events = example.results()
         self._recover(slots, example.watches)

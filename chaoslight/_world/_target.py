@@ -2,7 +2,9 @@
 
 ``parse_target`` runs in the parent and checks what it can without importing user code
 (the form, the file); ``load_target`` runs in a worker and imports the callable. Both
-raise ``InvalidArgument`` with a one-line message that names the target.
+raise ``InvalidArgument`` with a one-line message that names the target. ``own_target``
+is the rule for a target read from a file (``replay``, ``soak --replay``): it runs only
+when it is this project's own code (docs/explanation/trust.md).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,111 @@ def parse_target(text: Any, cwd: str | os.PathLike[str] | None = None) -> Target
     if not _dotted(where):
         raise InvalidArgument(f"target={text!r}: {where!r} is neither a .py file nor a module name")
     return Target(text, function, module=where)
+
+
+def own_target(file: str, target: Any, command: str, cwd: str | None = None) -> str:
+    """The target ``file`` names, when it is this project's own code: a ``.py`` file, or
+    a module's file, under the current directory, outside any virtual environment or
+    ``site-packages``, and a module whose top-level name nothing else provides (the
+    standard library, an installed package) -- found without importing anything. Any
+    other target runs only when the user names it: ``command TARGET``."""
+    if not target:
+        raise InvalidArgument(f"{file} names no target: give one, e.g. {command} train.py:main")
+    here = Path(cwd or os.getcwd()).resolve()
+    why = _not_own(parse_target(target, here), here)
+    if why is not None:
+        raise InvalidArgument(
+            f"{file} names the target {target!r}, which is not code under this directory "
+            f"({why}); replay runs no code a file names: to run it, name it: {command} {target}"
+        )
+    return str(target)
+
+
+def _not_own(target: Target, here: Path) -> str | None:
+    """Why ``target`` is not this project's own code under ``here``, or None."""
+    if "." in target.function:
+        return f"{target.function!r} is an attribute path, which only you may name"
+    module = target.module or ""
+    origin = Path(target.path) if target.path is not None else _module_file(module, here)
+    if origin is None:
+        return f"no file of module {module!r} lies under it"
+    if not origin.is_relative_to(here):
+        return f"{str(origin)!r} lies outside it"
+    if _installed(origin, here):
+        return f"{str(origin)!r} lies in a virtual environment or site-packages"
+    return None if target.module is None else _shadowed(module.partition(".")[0], here)
+
+
+def _module_file(name: str, here: Path) -> Path | None:
+    """The file module ``name`` has when it is looked up in ``here`` alone, or None (not
+    there, or a folder with no file of its own)."""
+    parts, spec = name.split("."), None
+    locations: list[str] | None = [str(here)]
+    for index in range(len(parts)):
+        if locations is None:
+            return None  # a module is not a package: it holds no submodule
+        spec = PathFinder.find_spec(".".join(parts[: index + 1]), list(locations))
+        if spec is None:
+            return None
+        locations = spec.submodule_search_locations
+    if spec is None or not spec.has_location or spec.origin is None:
+        return None  # a namespace package: any folder of that name is one
+    return Path(spec.origin).resolve()
+
+
+def _installed(origin: Path, here: Path) -> bool:
+    """Whether ``origin`` lies in a virtual environment or a ``site-packages`` folder."""
+    inside = origin.relative_to(here).parts
+    if {"site-packages", "dist-packages"} & set(inside):
+        return True
+    folders = [origin.parent, *origin.parent.parents]
+    return any((folder / "pyvenv.cfg").exists() for folder in folders[: len(inside)])
+
+
+def _shadowed(top: str, here: Path) -> str | None:
+    """Why the top-level module ``top`` found in ``here`` is not the one an import of it
+    may get: the standard library's, one already imported, or an installed one."""
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return f"{top!r} is the name of a standard-library module"
+    ours = _where(PathFinder.find_spec(top, [str(here)]))
+    loaded = sys.modules.get(top)
+    if loaded is not None and not _where(getattr(loaded, "__spec__", None)) <= ours:
+        return f"{top!r} is already imported from elsewhere"
+    others = [entry for entry in sys.path if _resolved(entry) != here]
+    for spec in [PathFinder.find_spec(top, others), *_other_finders(top)]:
+        elsewhere = _where(spec) - ours
+        if elsewhere:
+            return f"{top!r} is also importable from {str(min(elsewhere))!r}"
+    return None
+
+
+def _other_finders(top: str) -> Iterable[ModuleSpec | None]:
+    """What the import system's other finders (an editable install's) say of ``top``:
+    none imports anything to answer. The one that does (setuptools' distutils shim) and
+    the path finder (asked above, without ``here``) are not asked."""
+    for finder in sys.meta_path:
+        if finder is PathFinder or getattr(finder, "__module__", "") == "_distutils_hack":
+            continue
+        try:
+            yield finder.find_spec(top, None)
+        except Exception:  # a finder that cannot answer for this name finds nothing
+            yield None
+
+
+def _where(spec: ModuleSpec | None) -> set[Path]:
+    """The folders (a package) or the file (a module) a module's spec points at."""
+    if spec is None:
+        return set()
+    if spec.submodule_search_locations:
+        return {Path(p).resolve() for p in spec.submodule_search_locations if os.path.isdir(p)}
+    return {Path(spec.origin).resolve()} if spec.has_location and spec.origin else set()
+
+
+def _resolved(entry: str) -> Path | None:
+    try:
+        return Path(entry or os.curdir).resolve()
+    except (OSError, RuntimeError):
+        return None
 
 
 def load_target(target: Target) -> Callable[[], Any]:

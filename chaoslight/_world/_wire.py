@@ -110,7 +110,8 @@ class Resolve(Command):
 @dataclass(frozen=True)
 class RunExample(Command):
     """Run example ``id``: ``target`` under ``schedule`` (its JSON) in ``workdir``,
-    appending events to ``events``; ``checks`` is ``encode_pickle``'s text or None."""
+    appending events to ``events``; ``checks`` is ``encode_pickle``'s text or None;
+    ``ledger``, the example's damage ledger (``_sites._damage``), which the parent restores."""
 
     OP = "run"
     id: int
@@ -122,6 +123,7 @@ class RunExample(Command):
     checks: str | None = None
     resume_from: str | None = None
     trace: bool = False
+    ledger: str | None = None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from chaoslight._runtime._halt import ABORTERS, FREEZE_LISTENERS
 from chaoslight._runtime._protocol import observed_sites
 from chaoslight._runtime._stacks import dump_stacks, snapshot
 from chaoslight._schedule import Schedule
+from chaoslight._sites._damage import LEDGER_VARIABLE
 from chaoslight._world._channel import Channel
 from chaoslight._world._isolation import Baseline, outlived, threads_now
 from chaoslight._world._slot import (
@@ -275,6 +276,8 @@ class Worker:
 
     def call(self, msg: RunExample) -> Ended:
         """Run the target once under the schedule and the watchdog; never raises."""
+        if msg.ledger:  # the parent restores what the faults damage (environ is put back)
+            os.environ[LEDGER_VARIABLE] = msg.ledger
         try:
             target = self.load(msg.target)
             schedule = Schedule.from_json(msg.schedule)
