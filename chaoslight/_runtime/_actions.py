@@ -75,7 +75,8 @@ def _apply_delay(engine: Any, fault: Delay, firing: Firing) -> None:
 
 def _apply_oom(engine: Any, fault: OOM, firing: Firing) -> None:
     __tracebackhide__ = True
-    error = simulated_oom(fault.nbytes, firing.rank, str(fault))
+    device = device_of(engine.trainer) if engine.trainer is not None else None
+    error = simulated_oom(fault.nbytes, firing.rank, str(fault), device=device)
     if fault.aborts():
         raise error
     engine.pending_oom = error  # CUDA reports it late: at the next sync point

@@ -20,23 +20,63 @@ def format_bytes(nbytes: float) -> str:
 
 
 def simulated_oom(
-    nbytes: int, rank: int, cause: str, used: int = 0, limit: int | None = None
+    nbytes: int,
+    rank: int,
+    cause: str,
+    used: int = 0,
+    limit: int | None = None,
+    device: Any = None,
 ) -> Any:
     """A ``torch.OutOfMemoryError`` whose message has the shape of a real CUDA OOM, marked
-    deliberate: every simulated OOM (a fault's, a deferred one, a budget's) is made here."""
+    deliberate: every simulated OOM (a fault's, a deferred one, a budget's) is made here.
+
+    Its numbers are true of the device it names: under a budget (``limit``), the budget's
+    (``used`` of ``limit``); on a CUDA ``device`` (None: the current CUDA device, where
+    this process uses CUDA), the card's own total and free memory and what PyTorch holds
+    of it (``torch.cuda.mem_get_info``); elsewhere a device of rank ``rank`` with less
+    free memory than the request."""
     import torch
 
-    capacity = limit if limit is not None else max(used, nbytes) * 2
-    free = max(capacity - used, 0)
+    card = None if limit is not None else _cuda_memory(device)
+    if limit is not None:
+        index, capacity, free, reserved = rank, limit, max(limit - used, 0), used
+    elif card is not None:
+        index, capacity, free, used, reserved = card
+    else:  # no device to ask: one on which the request cannot fit
+        free = nbytes // 2
+        index, capacity, reserved = rank, used + free, used
     message = (
-        f"CUDA out of memory. Tried to allocate {format_bytes(nbytes)}. GPU {rank} has a total "
-        f"capacity of {format_bytes(capacity)} of which {format_bytes(free)} is free. Of the "
-        f"allocated memory {format_bytes(used)} is allocated by PyTorch, and 0 bytes is reserved "
-        "by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        f"CUDA out of memory. Tried to allocate {format_bytes(nbytes)}. GPU {index} has a "
+        f"total capacity of {format_bytes(capacity)} of which {format_bytes(free)} is free. Of "
+        f"the allocated memory {format_bytes(used)} is allocated by PyTorch, and "
+        f"{format_bytes(max(reserved - used, 0))} is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation. "
         f"[{SIMULATED_OOM_MARK}: {cause}]"
     )
     return mark(torch.OutOfMemoryError(message))
+
+
+def _cuda_memory(device: Any) -> tuple[int, int, int, int, int] | None:
+    """(index, total, free, allocated, reserved) of the CUDA device ``device`` (None: the
+    current one, if this process has initialised CUDA), or None when it is no CUDA device."""
+    import torch
+
+    try:
+        if device is None:
+            if not torch.cuda.is_initialized():
+                return None  # asking would initialise CUDA in a process that never used it
+            device = torch.device("cuda", torch.cuda.current_device())
+        device = torch.device(device)
+        if device.type != "cuda":
+            return None
+        index = torch.cuda.current_device() if device.index is None else device.index
+        free, total = torch.cuda.mem_get_info(index)
+        allocated = torch.cuda.memory_allocated(index)
+        reserved = torch.cuda.memory_reserved(index)
+    except (RuntimeError, AssertionError, ValueError):  # no driver, no such device
+        return None
+    return index, int(total), int(free), int(allocated), int(reserved)
 
 
 @dataclass(eq=False)  # compared by identity: comparing tensors field by field is an error
