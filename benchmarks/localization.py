@@ -1,5 +1,15 @@
-"""The culprit report, scored: does what a failing run's report names first point at the
-fault that was injected?
+"""The culprit report against the injection log: does what a failing run's report names
+first point at the fault that was injected?
+
+**What this table is, plainly.** ``outcome.culprit`` (``_report/_culprit.py``) is read
+from chaoslight's own injection log: the first ``fired`` event of a fault that can fail a
+job, its rank, site and step, cause ``injected fault``. The truth below is that same
+``fired`` event. With one such fault per run, the rank, site, step and cause columns are
+100 % **by construction** whenever the fault fired and a rank failed: they check that the
+report does not lose the culprit, not that it localizes anything. Only ``text`` (the
+verdict's first clause puts that rank, site and step before any other) and the time to
+the verdict measure something. Where the *program's* bug is, against a truth the run
+does not produce (the line its fix changes), is ``benchmarks/program_lines.py``.
 
     python benchmarks/localization.py --quick         # 2 programs, 2 points per kind (~2 min)
     python benchmarks/localization.py                 # 9 programs, 3 points each: 27 per kind
@@ -396,6 +406,7 @@ def main() -> None:
     started = time.monotonic()
     with chaoslight.World(size=2) as world:
         tallies = measure(world, programs, kinds, points, args.seed, args.verbose)
+    print("the culprit read from the injection log: rank/site/step/cause 100 % by construction")
     print(table(tallies))
     for line in not_scored():
         print(f"not scored: {line}")
