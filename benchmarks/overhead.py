@@ -73,13 +73,11 @@ def every_site_armed() -> Schedule:
     return Schedule([Delay(0.0, site=site, step=NEVER) for site in chaoslight.sites()])
 
 
-def time_fit(steps: int, data: DataLoader, context: Callable[[], Any]) -> tuple[float, float]:
-    """Wall and CPU seconds of one ``trainer.fit`` of ``steps`` steps inside ``context()``."""
-    torch.manual_seed(0)
-    model = MLP()
-    trainer = pl.Trainer(
+def bare_trainer(steps: int, accelerator: str = "cpu") -> pl.Trainer:
+    """A Trainer of ``steps`` steps on one device with nothing but the training loop."""
+    return pl.Trainer(
         max_steps=steps,
-        accelerator="cpu",
+        accelerator=accelerator,
         devices=1,
         logger=False,
         enable_checkpointing=False,
@@ -88,6 +86,15 @@ def time_fit(steps: int, data: DataLoader, context: Callable[[], Any]) -> tuple[
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
+
+
+def time_fit(
+    steps: int, data: DataLoader, context: Callable[[], Any], accelerator: str = "cpu"
+) -> tuple[float, float]:
+    """Wall and CPU seconds of one ``trainer.fit`` of ``steps`` steps inside ``context()``."""
+    torch.manual_seed(0)
+    model = MLP()
+    trainer = bare_trainer(steps, accelerator)
     with context() as run:
         start, start_cpu = time.perf_counter(), time.process_time()
         trainer.fit(model, data)
