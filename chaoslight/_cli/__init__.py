@@ -6,20 +6,32 @@ print one line and exit 2, never a traceback. When the World's rank processes ca
 start (no such interpreter, a rank that dies before its handshake, a process group that
 cannot form) the exit status is 4: the machine is at fault, not the call nor the
 program. ``chaoslight run --help`` lists the statuses of ``run``.
+
+Ctrl-C (SIGINT) ends any command within seconds, whatever it is waiting for: it says how
+far it got, the World's processes and files go with it, and the exit status is 130.
+Hypothesis keeps what it reads of local modules in a temporary folder, not in
+``.hypothesis/`` of the current directory: a command writes only the files it names.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
 
 from chaoslight._cli import _catalogue, _check, _fuzz, _replay, _run, _soak
 from chaoslight._cli._arguments import check_arguments
+from chaoslight._cli._progress import reported
 from chaoslight._cli._usage import (
     ENVIRONMENT_STATUS,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     USAGE_STATUS,
     Parser,
     UsageError,
@@ -44,22 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    command = "chaoslight"
     try:
         args = build_parser().parse_args(argv)
+        command = f"chaoslight {args.command}"
         check_arguments(args)
-        if args.command == "sites":
-            return _catalogue.print_sites()
-        if args.command == "faults":
-            return _catalogue.print_faults()
-        if args.command == "fuzz":
-            return _fuzz.fuzz_command(args)
-        if args.command == "replay":
-            return _replay.main(args)
-        if args.command == "check":
-            return _check.main(args)
-        if args.command == "soak":
-            return _soak.soak_command(args)
-        return _run.run_command(args)
+        with _hypothesis_storage():
+            return _dispatch(args)
     except UsageError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
         return exc.status
@@ -69,8 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ChaosError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
         return USAGE_STATUS
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        if not reported(exc):  # the progress display said how far it got
+            print(f"{command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:  # chaoslight's own bug: say so, keep the traceback for a report
         print(
             f"chaoslight: INTERNAL ERROR of chaoslight: {type(exc).__name__}: {exc} "
@@ -79,6 +84,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "sites":
+        return _catalogue.print_sites()
+    if args.command == "faults":
+        return _catalogue.print_faults()
+    if args.command == "fuzz":
+        return _fuzz.fuzz_command(args)
+    if args.command == "replay":
+        return _replay.main(args)
+    if args.command == "check":
+        return _check.main(args)
+    if args.command == "soak":
+        return _soak.soak_command(args)
+    return _run.run_command(args)
+
+
+@contextmanager
+def _hypothesis_storage() -> Iterator[None]:
+    """Hypothesis's own files (what it read of local modules) in a temporary folder, removed
+    after: never ``.hypothesis/`` in the user's directory, which no command names
+    (``--database`` is where a search is kept). Unless HYPOTHESIS_STORAGE_DIRECTORY names
+    the folder, or Hypothesis was asked for its observations (they go where it puts them)."""
+    asked = ("HYPOTHESIS_STORAGE_DIRECTORY", "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY")
+    if any(name.startswith(asked) for name in os.environ):
+        yield
+        return
+    previous = storage_directory(intent_to_write=False).home_directory
+    with tempfile.TemporaryDirectory(prefix="chaoslight-hypothesis-") as folder:
+        set_hypothesis_home_dir(folder)
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(previous)
 
 
 def entry() -> None:

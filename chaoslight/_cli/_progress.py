@@ -15,6 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 PLAIN_EVERY_S = 5.0
+_REPORTED = "_chaoslight_reported"  # set on a Ctrl-C the display has said how far it got
+
+
+def reported(interrupt: KeyboardInterrupt) -> bool:
+    """Whether a display has already said what this Ctrl-C stopped."""
+    return bool(getattr(interrupt, _REPORTED, False))
 
 
 class Display:
@@ -37,14 +43,15 @@ class Display:
             self._print(f"chaoslight fuzz: {self.title}")
         return self
 
-    def __exit__(self, exc_type: Any, *rest: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, *rest: object) -> None:
         if self.live is not None:
             self.live.update(self._panel())  # the last frame stays, with the final counts
             self.live.__exit__(None, None, None)
         elif self.progress is not None and self._line() != self._last_printed:
             self._print(self._line())
-        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+        if isinstance(exc, KeyboardInterrupt):
             self._print(self.interrupted())
+            setattr(exc, _REPORTED, True)
 
     def update(self, progress: Any) -> None:
         phase_changed = self.progress is None or progress.phase != self._phase

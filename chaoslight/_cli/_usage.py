@@ -11,6 +11,7 @@ EXIT_FOUND = 1  # a reproduced failure, or a target that fails with no fault inj
 USAGE_STATUS = 2
 EXIT_INTERNAL = 3  # an internal error of chaoslight itself: a bug to report, not a finding
 ENVIRONMENT_STATUS = 4  # the workers did not start: the machine, not the program
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports a command that SIGINT ended
 
 
 class UsageError(Exception):

@@ -126,9 +126,15 @@ class Ranks:
             self.every.remove(slot)
 
     def abandon(self) -> None:
-        """Kill every rank's worker: their state is unknown (e.g. Ctrl-C mid-example)."""
+        """Kill every rank's worker: their state is unknown (e.g. Ctrl-C mid-example).
+
+        A worker that is not ready has been sent nothing, and one its fork server has not
+        forked yet (the server still imports) does not even exist: it is kept, not waited
+        for. Waiting for its pid here made a Ctrl-C during the World's start take as long
+        as the imports (10-15 s on a busy machine). A ready one's pid is known or on its way."""
         for slot in self.live():
-            slot.kill()
+            if slot.ready or slot.started:
+                slot.kill()
         self.group_ok = False
 
     # -- readiness and the process group ----------------------------------------------
