@@ -128,10 +128,11 @@ class _State:
 DAMAGE_STATE = _State()
 
 
-def make_ledger() -> Path:
-    """A fresh ledger folder, private to this user (0700): a process's own, or, for a
-    parent, the one its processes fill (named to them in ``LEDGER_VARIABLE``)."""
-    return Path(tempfile.mkdtemp(prefix="chaoslight-damage-"))
+def make_ledger(inside: Path | None = None) -> Path:
+    """A fresh ledger folder, private to this user (0700), in ``inside`` (None: the
+    temporary directory): a process's own, or, for a parent, the one its processes fill
+    (named to them in ``LEDGER_VARIABLE``)."""
+    return Path(tempfile.mkdtemp(prefix="chaoslight-damage-", dir=inside))
 
 
 def is_private_folder(path: str | os.PathLike[str]) -> bool:

@@ -103,10 +103,10 @@ class Example:
         self.decider = HangDecider()
         self.decision: HangDecision | None = None  # why the wavefront says the example is hung
         self.let_go = False  # whether the ranks it names were told to leave their collectives
-        # The example's own: a rank (told by ``RunExample.ledger``) backs up there what its
-        # faults damage, and the parent puts it back when the example is over (a crashed
-        # rank cannot).
-        self.ledger = _damage.make_ledger()
+        # The example's own, in the World's folder (gone with it, should the parent die): a
+        # rank (told by ``RunExample.ledger``) backs up there what its faults damage, and the
+        # parent puts it back when the example is over (a crashed rank cannot).
+        self.ledger = _damage.make_ledger(folder.parent)
 
     def events_path(self, rank: int) -> Path:
         return self.folder / f"rank{rank}.events.jsonl"
