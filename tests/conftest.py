@@ -1,4 +1,6 @@
-"""Shared fixtures: a single-process gloo group, and checks that no test leaks an injection."""
+"""Shared fixtures: a single-process gloo group, the session's Worlds, and guards that no
+test leaks an injection or a change to the process (signal handlers, faulthandler, the
+environment, the working directory, a thread, a child process)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# What importing Lightning does to the process (it sets PYTORCH_NVML_BASED_CUDA_CHECK and
+# TORCHINDUCTOR_CACHE_DIR) happens now, not in whichever test imports it first.
+import lightning.pytorch  # noqa: F401
 import pytest
+import pytorch_lightning  # noqa: F401
+from _pytest.faulthandler import fault_handler_stderr_fd_key
 from hypothesis import HealthCheck, settings
 
 # ``from helpers import ...`` works whether or not tests/ is a package.
 sys.path.insert(0, str(Path(__file__).parent))
+
+from process_state import ProcessState, SignalState
 
 # Entering inject() the first time imports Lightning: no per-example deadline.
 settings.register_profile(
@@ -34,6 +43,7 @@ LAUNCHER_VARIABLES = (
     "WORLD_SIZE",
     "OMP_NUM_THREADS",
 )
+LIGHTNING_SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")  # seed_everything's
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
@@ -43,6 +53,36 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     than cores only slow every hang verdict's clock."""
     usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
     return max(1, min(4, len(usable) or os.cpu_count() or 1))
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_process_state(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test leaves its process as it found it (``process_state``): signal handlers in
+    Python and in C, faulthandler, the blocked signals, the environment, the working
+    directory, no non-daemon thread or child process of its own still running. A leak
+    fails the test that made it and is put back, so the next test does not inherit it."""
+    before = ProcessState()
+    yield
+    leaks = before.leaks(request.config.stash.get(fault_handler_stderr_fd_key, None))
+    assert not leaks, "the test changed the process and left it so:\n  " + "\n  ".join(leaks)
+
+
+@pytest.fixture
+def lightning_in_process() -> Iterator[None]:
+    """For a test that trains in this process: what Lightning and torch change there, put
+    back. Lightning's signal connector, tearing down, sets every signal's handler in C back
+    to what Python knew (faulthandler's and readline's go); ``seed_everything`` sets
+    PL_GLOBAL_SEED and PL_SEED_WORKERS; a DataLoader with workers sets torch's SIGCHLD
+    handler for good."""
+    seeds = {name: os.environ.get(name) for name in LIGHTNING_SEED_VARIABLES}
+    before = SignalState()
+    yield
+    before.put_back_frameworks()
+    for name, value in seeds.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -27,7 +27,7 @@ import chaoslight
 from chaoslight import Allocate, MemoryBudget, Schedule
 
 # Ranks are read from $RANK and friends: none set, unless a test sets one.
-pytestmark = pytest.mark.usefixtures("rank_env")
+pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
 
 MiB = 2**20
 OOM_PREFIX = "CUDA out of memory. Tried to allocate"

@@ -258,6 +258,7 @@ def test_probes_raise_each_caught_error_on_the_last_rank_at_its_first_step(snipp
     assert reach_of(snippet).probes(2, ["delay"]) == []
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_a_baseline_run_records_the_handlers_around_each_site(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -225,6 +225,7 @@ def _held_tensors(root: Any) -> list[torch.Tensor]:
     return found
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_no_chaoslight_held_tensor_outlives_the_fit() -> None:
     """The checks' caches are used during a fit and empty after it; the module keeps none."""
     checks = [ReplicasInSync(), DisjointShards(), FiniteGrads(), FiniteLoss()]

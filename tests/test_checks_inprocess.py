@@ -25,6 +25,8 @@ from chaoslight.checks import (
     check_by_name,
 )
 
+pytestmark = pytest.mark.usefixtures("lightning_in_process")
+
 
 def test_finite_loss_names_the_first_nan_step() -> None:
     """FiniteLoss fails on a NaN loss and names the step it first appeared at."""

@@ -56,6 +56,7 @@ def _describe(verdict: Any, outcome: Any) -> str:
 
 
 @pytest.mark.parametrize("entry", ORDERED, ids=lambda entry: entry.name)
+@pytest.mark.usefixtures("lightning_in_process")
 def test_correct_program_passes(worlds: Any, entry: Entry) -> None:
     """train() passes with no fault and every check the entry names."""
     verdict, outcome = _run(worlds, entry, "train", "", TIMEOUT)

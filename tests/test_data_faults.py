@@ -33,6 +33,7 @@ from chaoslight.checks import DataOrder, DisjointShards, Evidence, FiniteLoss
 from chaoslight.strategies import DEFAULT_KINDS
 
 pl = pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.usefixtures("lightning_in_process")  # single-process fits
 
 
 class Recorder(pl.LightningModule):  # type: ignore[misc]
@@ -71,7 +72,9 @@ def train(module: Recorder, epochs: int = 1, root: Path | None = None, **fit: An
 
 
 def fit(schedule: str) -> tuple[Recorder, Any]:
-    """``train`` under ``schedule``: the module, the run."""
+    """``train`` under ``schedule``: the module (its weights drawn from seed 0, whatever
+    ran before it in this process), the run."""
+    torch.manual_seed(0)
     module = Recorder()
     with chaoslight.inject(schedule) as run:
         train(module)

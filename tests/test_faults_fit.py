@@ -31,7 +31,7 @@ import chaoslight
 from chaoslight import OOM, Corrupt, Delay, DropSync, Raise, ReorderReduction, Schedule
 
 # Ranks are read from $RANK and friends: none set, unless a test sets one.
-pytestmark = pytest.mark.usefixtures("rank_env")
+pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
 
 OOM_PREFIX = "CUDA out of memory. Tried to allocate"
 ENOSPC = OSError(28, "No space left on device")

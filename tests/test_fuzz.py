@@ -206,6 +206,7 @@ def test_fuzz_passes_the_fixed_twin_after_the_full_budget(tmp_path: Path) -> Non
 
 
 @pytest.mark.quality
+@pytest.mark.usefixtures("lightning_in_process")
 def test_quality_in_process_swallowed_oom_shrinks_to_one_fault() -> None:
     """In-process, an OOM swallowed and failing later is found and shrunk to one fault."""
     strategy = schedules(

@@ -189,6 +189,7 @@ def test_a_restart_difference_in_another_shape_stays_the_programs(outcome: Outco
     assert match_known(outcome) is None
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_framework_facts_record_the_release_and_shape_a_fit_runs(tmp_path: Any) -> None:
     """The facts observer records the Lightning that runs, manual optimization and a fresh start."""
     import lightning.pytorch as pl
@@ -348,6 +349,7 @@ def test_a_warmup_counter_lost_on_an_epoch_end_resume_by_epochs_is_the_programs(
 
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
 @pytest.mark.parametrize("by_steps", [True, False])
+@pytest.mark.usefixtures("lightning_in_process")
 def test_framework_facts_record_an_epoch_end_resume_as_lightning_counts_it(
     tmp_path: Any, by_steps: bool
 ) -> None:

@@ -70,6 +70,7 @@ def correct_program() -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(faults=st.lists(ANY_FAULT, min_size=1, max_size=3), budget=BUDGETS)
+@pytest.mark.usefixtures("lightning_in_process")
 def test_random_schedules_never_raise_inside_chaoslight(
     faults: list[object], budget: MemoryBudget | None, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

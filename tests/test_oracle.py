@@ -208,6 +208,7 @@ def test_a_fault_that_never_fired_is_named(fault: str) -> None:
     assert judge(run).never_fired == (fault,)
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_a_never_firing_fault_is_reported_in_process_with_where_its_site_ran() -> None:
     """A fault whose step never comes is named in run.report(), with the steps its site ran."""
     from helpers import fit

@@ -62,6 +62,7 @@ def test_nothing_fires(chaos):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("lightning_in_process")
 def test_failing_suite_reports_minimal_schedule_and_writes_it(pytester: pytest.Pytester) -> None:
     """A failing test's report shows the shrunk schedule and replay hint; the JSON is saved."""
     pytester.makepyfile(test_suite=FAILING_SUITE)

@@ -105,6 +105,7 @@ def test_a_datamodules_own_setup_is_a_user_site() -> None:
     assert "lightning.setup" in user_sites(tiny_model_class()(), [], Data())
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_a_real_fit_records_its_reach_over_the_whole_run() -> None:
     """In a real fit the recorder sees every step of every epoch and the epoch-end hook."""
     with chaoslight.inject(checks=[ReachRecorder()]) as run:

@@ -140,6 +140,7 @@ def test_a_drawn_restart_shrinks_to_unbound_faults() -> None:
     assert all(f.run is None for f in found)
 
 
+@pytest.mark.usefixtures("lightning_in_process")
 def test_inject_makes_one_run_so_a_run_2_fault_never_fires(rank_env: Any) -> None:
     """inject() has no restarts: a fault bound to run 2 stays unfired, and the note says
     why (a run=1 fault in the same schedule fires)."""

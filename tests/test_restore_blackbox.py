@@ -226,6 +226,7 @@ def test_everything_is_restored_except_the_third_partys_patch(block: dict[str, A
 
 
 @pytest.mark.parametrize("third_party", sorted(THIRD_PARTIES))
+@pytest.mark.usefixtures("lightning_in_process")
 def test_a_failing_fit_restores_everything_too(third_party: str) -> None:
     """A real fit whose schedule fires and then raises restores all the same."""
     warm_up()

@@ -14,7 +14,7 @@ import chaoslight
 from chaoslight import OOM, Delay, DropSync, MemoryBudget, Raise, Schedule
 
 # Ranks are read from $RANK and friends: none set, unless a test sets one.
-pytestmark = pytest.mark.usefixtures("rank_env")
+pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
 
 
 class DiskFull(OSError):
