@@ -42,7 +42,6 @@ from chaoslight._search import Settings, judge
 from chaoslight._search._coverage import coverage
 from chaoslight._search._failure import Failure, check_specs, replay_command
 from chaoslight._search._settings import DEFAULT_TIMEOUT_S
-from chaoslight._verdict._known import KnownFinding
 from chaoslight._world import World
 
 FAILURES_DIR = Path(".chaoslight") / "failures"
@@ -135,11 +134,11 @@ class RecordingWorld:
         """The oracle's verdict; a known framework issue is set aside (listed once in the
         session summary) and does not fail, unless ``--chaos-strict``."""
         verdict = judge(outcome)
-        if verdict.failed and verdict.known is not None and self.known is not None:
-            issue, package, version = verdict.known
-            finding = KnownFinding(issue, package, version, outcome.schedule, verdict)
-            self.known.setdefault(issue.key, finding)
-            verdict = replace(verdict, failed=False)
+        if self.known is not None:
+            for finding in verdict.known_findings(outcome.schedule):
+                self.known.setdefault(finding.issue.key, finding)
+            if verdict.failed and not verdict.is_finding():
+                verdict = replace(verdict, failed=False)
         return verdict
 
 

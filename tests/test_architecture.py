@@ -245,7 +245,7 @@ def test_no_two_modules_define_the_same_public_looking_name() -> None:
     for module, path in sorted(MODULES.items()):
         for name in defined_names(path.read_text()):
             where.setdefault(name, []).append(module)
-    assert where["Verdict"] == ["chaoslight._verdict._oracle"]  # the scan sees classes
+    assert where["Verdict"] == ["chaoslight._verdict._result"]  # the scan sees classes
     assert {name: modules for name, modules in where.items() if len(modules) > 1} == {}
 
 

@@ -28,7 +28,6 @@ from chaoslight._schedule import Severity
 from chaoslight._search._data_strategies import bad_checkpoints, flips, repeated_batches
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._verdict._oracle import HANG_RULE
-from chaoslight._verdict._severity import fault_class
 from chaoslight.checks import DataOrder, DisjointShards, Evidence, FiniteLoss
 from chaoslight.strategies import DEFAULT_KINDS
 
@@ -126,10 +125,10 @@ def test_each_kind_declares_the_class_the_oracle_documents() -> None:
     """A flip and a lost batch are desyncs, a repeated batch and a damaged checkpoint are
     hard; the default search draws all but the lost batch, which no correct program
     survives."""
-    assert fault_class(Flip(site="lightning.forward")) == Severity.DESYNC
-    assert fault_class(DropBatch(site="lightning.next_batch")) == Severity.DESYNC
-    assert fault_class(RepeatBatch(site="lightning.next_batch")) == Severity.HARD
-    assert fault_class(BadCheckpoint(site="torch.load")) == Severity.HARD
+    assert Flip(site="lightning.forward").fault_class() == Severity.DESYNC
+    assert DropBatch(site="lightning.next_batch").fault_class() == Severity.DESYNC
+    assert RepeatBatch(site="lightning.next_batch").fault_class() == Severity.HARD
+    assert BadCheckpoint(site="torch.load").fault_class() == Severity.HARD
     assert {"flip", "repeat_batch", "bad_checkpoint"} <= set(DEFAULT_KINDS)
     assert "drop_batch" not in DEFAULT_KINDS
     assert RepeatBatch.alters_data and DropBatch.alters_data and Flip.silent

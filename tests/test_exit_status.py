@@ -234,8 +234,8 @@ def test_lightnings_exit_0_on_sigterm_is_its_known_issue_and_the_twin_passes(wor
     assert verdict_.failed and verdict_.rule == ANY_END_RULE, verdict_.reason
     assert "stopped at step 4 of 12" in verdict_.reason
     found = match_known(outcome)
-    assert found is not None and found[0].key == "lightning-sigterm-exit-zero"
-    assert verdict_.known is not None and "19916" in verdict_.known[0].reference
+    assert found is not None and found.issue.key == "lightning-sigterm-exit-zero"
+    assert verdict_.known is not None and "19916" in verdict_.known.issue.reference
     outcome, verdict_ = judged(world2, KNOWN + "train_fixed", PREEMPT)
     assert [r.exit_status for r in outcome.ranks] == [143, 143]
     assert not verdict_.failed, verdict_.reason
@@ -277,4 +277,4 @@ def test_lightnings_exit_0_before_a_requeue_is_still_its_known_issue(world2: Any
     names run 1 and is still Lightning#19916, reported apart."""
     _, verdict_ = judged(world2, KNOWN + "train_buggy", f"restarts 1\n{PREEMPT}")
     assert verdict_.failed and "run 1 of 2 (then requeued)" in verdict_.reason, verdict_.reason
-    assert verdict_.known is not None and verdict_.known[0].key == "lightning-sigterm-exit-zero"
+    assert verdict_.known is not None and verdict_.known.issue.key == "lightning-sigterm-exit-zero"

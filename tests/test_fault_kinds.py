@@ -25,7 +25,7 @@ from chaoslight._schedule._validate import check_choice
 from chaoslight._search._inprocess import run_in_process
 from chaoslight._search._kinds import KILLING_KINDS, resolve_kinds
 from chaoslight._search._strategies import KIND_STRATEGIES
-from chaoslight._verdict._oracle import BENIGN_RULE, fault_class
+from chaoslight._verdict._oracle import BENIGN_RULE
 from chaoslight.strategies import DEFAULT_KINDS, IN_PROCESS_KINDS, KINDS, schedules
 
 LABELS = ("here", "there")
@@ -115,7 +115,7 @@ def test_a_new_kind_is_drawn_by_the_search_when_named(stamp: Any) -> None:
 def test_a_new_kind_is_judged_by_its_severity(stamp: Any) -> None:
     """The oracle reads the new kind's severity: a benign kind's run must simply pass."""
     cls, _ = stamp
-    assert fault_class(cls(site="torch.save")) == Severity.BENIGN
+    assert cls(site="torch.save").fault_class() == Severity.BENIGN
     verdict = judge(run_in_process(save_once, Schedule.parse("stamp@torch.save")))
     assert not verdict.failed and verdict.rule == BENIGN_RULE
     assert verdict.fired == ((0, "stamp@torch.save"),)
@@ -160,10 +160,10 @@ def test_each_kind_is_judged_as_the_oracle_documents() -> None:
         "drop_batch@lightning.next_batch rank=0": "desync",
         "bad_checkpoint@torch.load": "hard",
     }
-    judged = {text: fault_class(Schedule.parse(text).faults[0]) for text in expected}
+    judged = {text: Schedule.parse(text).faults[0].fault_class() for text in expected}
     assert judged == expected
     budget = MemoryBudget(2**30)
-    assert fault_class(Schedule.parse("allocate@lightning.forward").faults[0], budget) == "hard"
+    assert Schedule.parse("allocate@lightning.forward").faults[0].fault_class(budget) == "hard"
 
 
 def test_the_derived_kind_tables_agree_with_the_traits() -> None:

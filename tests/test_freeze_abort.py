@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from chaoslight._runtime._halt import abort_group
 from chaoslight._schedule import SITES
 from chaoslight._schedule._catalog import REDUCTION
 from chaoslight._schedule._faults import ABORTED_GROUP_MARK
-from chaoslight._verdict._oracle import FAILED_CLEANLY, RECOVERED, SWALLOWED, Rule
+from chaoslight._verdict._oracle import BENIGN_RULE, FAILED_CLEANLY, SWALLOWED, Rule
 from chaoslight._world._wavefront import (
     BLOCKED_S,
     BOUNDED_WAIT,
@@ -33,10 +34,12 @@ from chaoslight._world._wavefront import (
     HangDecider,
     RankState,
 )
+from chaoslight.checks import Violation
 from chaoslight.strategies import DEFAULT_KINDS, IN_PROCESS_KINDS, one_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 FREEZE = "freeze@lightning.on_train_epoch_end rank=0"
+GLOO = "Connection closed by peer [127.0.0.1]:7"
 ABORT = "pg_abort@dist.all_reduce rank=1 step=2"
 
 
@@ -238,6 +241,40 @@ def test_a_peer_waiting_with_no_deadline_for_a_frozen_rank_is_the_finding() -> N
     assert "no deadline" in verdict.reason
 
 
+def _failed(rank: int, kind: str, message: str) -> RankResult:
+    frame = '  File "/home/me/train.py", line 7, in x\n'
+    tb = f"Traceback (most recent call last):\n{frame}{kind}: {message}"
+    return RankResult(rank, "failed", ExceptionInfo(kind, message, tb), ended_s=1.5)
+
+
+def test_a_freeze_and_a_delay_of_the_same_length_get_the_same_verdict() -> None:
+    """The same 1 s pause on rank 0, as a freeze its rank came back from and as a delay:
+    rank 1 read the file rank 0 had not written yet (a race). Both fail, by the same rule:
+    a pause a job rides out excuses nothing a straggler would not."""
+    race = _failed(1, "FileNotFoundError", "[Errno 2] No such file or directory: 'stats-1.json'")
+    released = RankResult(0, "failed", ExceptionInfo("RuntimeError", GLOO, "", True), ended_s=2.0)
+    verdicts = []
+    for kind in ("freeze", "delay"):
+        pause = f"{kind}@lightning.on_validation_end rank=0 nth=2 seconds=1.0"
+        verdicts.append(judge(outcome([released, race], [fired(0, pause)])))
+    assert all(v.failed for v in verdicts), [v.reason for v in verdicts]
+    assert verdicts[0].rule == verdicts[1].rule == BENIGN_RULE
+    assert verdicts[0].reason == verdicts[1].reason
+    assert "FileNotFoundError" in verdicts[0].reason
+
+
+def test_under_a_freeze_for_good_a_peers_own_error_is_the_finding_its_timeout_is_not() -> None:
+    """Rank 0 frozen for good. Rank 1 failing with an error no wait raised (it read what
+    rank 0 never wrote) is the finding; rank 1 ending by its own deadline's timeout, or by
+    the transport's error, is what a correct program does."""
+    race = _failed(1, "FileNotFoundError", "no stats.json")
+    verdict = judge(outcome([frozen_rank(0), race], [fired(0, FREEZE)]))
+    assert verdict.failed and verdict.rule == Rule.STALLED
+    assert "error no wait raised" in verdict.reason and "FileNotFoundError" in verdict.reason
+    deadline = _failed(1, "TimeoutError", "rank 0 wrote no stats.json within 120 s")
+    assert not judge(outcome([frozen_rank(0), deadline], [fired(0, FREEZE)])).failed
+
+
 def test_a_peer_hung_inside_ddp_code_no_site_saw_is_no_finding() -> None:
     """Rank 1's main thread hung in DDP's own buffer sync (c10d called directly, no site
     saw it): a wait the group's timeout bounds; the same rank polling in its own code,
@@ -265,12 +302,17 @@ def test_a_peer_hung_inside_ddp_code_no_site_saw_is_no_finding() -> None:
     assert judge(outcome([frozen_rank(0), polls], [fired(0, FREEZE)])).failed
 
 
-def test_a_short_freeze_every_rank_rides_out_must_hold_the_checks() -> None:
-    """Every rank passed after a half-second freeze: judged as a recovery."""
+def test_a_short_freeze_every_rank_rides_out_is_judged_as_a_delay() -> None:
+    """Every rank passed after a half-second freeze: the pause its rank came back from is
+    judged as a delay of the same length (benign: the run must pass, the checks hold)."""
     short = "freeze@lightning.training_step rank=0 seconds=0.5"
     ranks = [RankResult(0, "passed", ended_s=2.0), RankResult(1, "passed", ended_s=2.0)]
     verdict = judge(outcome(ranks, [fired(0, short)]))
-    assert not verdict.failed and verdict.rule == RECOVERED
+    assert not verdict.failed and verdict.rule == BENIGN_RULE
+    assert verdict.fired == ((0, short),)  # reported as the freeze it was
+    drift = Violation("replicas-in-sync", "parameter 'w' differs", rank=1, step=3)
+    broken = judge(replace(outcome(ranks, [fired(0, short)]), violations=(drift,)))
+    assert broken.failed and broken.rule == BENIGN_RULE
 
 
 def aborted(rank: int, text: str) -> RankResult:

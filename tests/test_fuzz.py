@@ -9,17 +9,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ddp_targets
 import pytest
 
-from chaoslight import Failure, Outcome, Schedule
+from chaoslight import Event, Failure, Outcome, Schedule
 from chaoslight._cli import _fuzz as fuzz_cli
 from chaoslight._cli import main
 from chaoslight._report._status import RANK_STATUSES
+from chaoslight._runtime import FIRED
 from chaoslight._search import Campaign
 from chaoslight._search import _campaign as campaign_module
 from chaoslight._search._database import in_shard
@@ -364,7 +365,10 @@ class FailsWithAnyFault:
             if schedule.faults:
                 raise RuntimeError("the program's own bug")
 
-        return run_in_process(program, schedule)
+        outcome = run_in_process(program, schedule)
+        # Its faults fired (a failure that needs a fault that never fired is flaky).
+        fired = [Event(FIRED, f.site, 0, f.step, 0.0, 0.0, str(f), 1) for f in schedule]
+        return replace(outcome, events=[*outcome.events, *fired])
 
 
 def test_an_unreachable_database_warns_once_without_its_password_and_the_file_is_written(

@@ -275,7 +275,9 @@ def test_workers_killed_by_a_group_sigterm_after_lightnings_handler_is_a_known_i
     outcome = group_preempted("lightning (pytorch-lightning 2.6.6)")
     verdict = judge(outcome)
     assert verdict.failed
-    issue, package, version = match_known(outcome)
+    claim = match_known(outcome)
+    assert claim is not None
+    issue, package, version = claim.issue, claim.package, claim.version
     assert issue.key == "lightning-sigterm-dataloader-workers"
     assert (package, version) == ("pytorch-lightning", "2.6.6")
     assert "worker_init_fn" in issue.workaround
@@ -293,7 +295,7 @@ def test_a_rank_alone_signal_is_not_the_workers_known_issue() -> None:
     """Without group=true the workers were not signalled: the signature does not match."""
     outcome = group_preempted("lightning (pytorch-lightning 2.6.6)", fault=f"preempt@{SITE} step=2")
     found = match_known(outcome)
-    assert found is None or found[0].key != "lightning-sigterm-dataloader-workers"
+    assert found is None or found.issue.key != "lightning-sigterm-dataloader-workers"
     assert "DataLoader workers too" not in judge(outcome).reason
 
 

@@ -53,7 +53,7 @@ def test_a_hang_in_on_exception_checkpoint_is_lightnings_known_issue() -> None:
     site, version = lightning_site()
     found = match_known(hang(stack(f"{site}/lightning/pytorch")))
     assert found is not None
-    issue, package, seen = found
+    issue, package, seen = found.issue, found.package, found.version
     assert (issue.key, package, seen) == ("lightning-on-exception-checkpoint", "lightning", version)
     assert "20187" in issue.reference and "torch.save" in issue.workaround
 
@@ -80,7 +80,7 @@ def test_an_error_on_one_rank_under_on_exception_checkpoint_is_reported_as_known
     outcome = world.run(f"{PROGRAM}:train", RAISE, timeout=10, checks=checks)
     verdict = judge(outcome)
     assert verdict.failed and verdict.known is not None, outcome.report()
-    assert verdict.known[0].key == "lightning-on-exception-checkpoint"
+    assert verdict.known.issue.key == "lightning-on-exception-checkpoint"
     fixed = world.run(f"{PROGRAM}:train_fixed", RAISE, timeout=10, checks=checks)
     assert judge(fixed).rule == FAILED_CLEANLY, fixed.report()
 
@@ -144,7 +144,9 @@ def test_a_rank_in_lightnings_sigterm_broadcast_against_another_collective_is_kn
     elsewhere = blocked(0, (f"{site}/lightning/pytorch/strategies/ddp.py", "barrier"))
     for frame in ((loop, "_broadcast_sigterm_tensor"), (handler, "_sigterm_notifier_fn")):
         verdict = judged([elsewhere, blocked(1, frame)], preempted(1))
-        assert verdict.known is not None and verdict.known[0].key == "lightning-sigterm-broadcast"  # type: ignore[attr-defined]
+        assert (
+            verdict.known is not None and verdict.known.issue.key == "lightning-sigterm-broadcast"
+        )  # type: ignore[attr-defined]
 
 
 def released_from_handler(rank: int) -> RankResult:
@@ -181,19 +183,21 @@ def test_every_rank_stuck_in_its_own_handlers_broadcast_is_known() -> None:
     both = preempted(0, step=1) + preempted(1, step=1)
     verdict = judged([blocked(0, handler), released_from_handler(1)], both)
     assert verdict.failed and verdict.known is not None, verdict.reason  # type: ignore[attr-defined]
-    assert verdict.known[0].key == "lightning-sigterm-broadcast"  # type: ignore[attr-defined]
+    assert verdict.known.issue.key == "lightning-sigterm-broadcast"  # type: ignore[attr-defined]
     alone = judged([RankResult(0, "hung"), released_from_handler(1)], both)
-    assert alone.known is not None and alone.known[0].key == "lightning-sigterm-broadcast"  # type: ignore[attr-defined]
+    assert alone.known is not None and alone.known.issue.key == "lightning-sigterm-broadcast"  # type: ignore[attr-defined]
 
 
-def test_a_rank_in_the_handlers_broadcast_is_not_known_beside_a_hard_fault() -> None:
-    """The same stuck broadcast is not Lightning's when a crash fired too (the failure may
-    be the crash's), nor when no SIGTERM reached Lightning's handler."""
+def test_a_rank_in_the_handlers_broadcast_is_known_beside_a_hard_fault_but_not_without_it() -> None:
+    """The same stuck broadcast is Lightning's when a crash fired too (its claim reads the
+    ranks' ends, whatever else fired: the crashed rank never crashed, it was released from
+    the handler's broadcast), and not when no SIGTERM reached Lightning's handler."""
     crash = "crash@lightning.training_step rank=1 step=1"
     crashed = [Event(FIRED, SITE, 1, 1, 1.0, 1.0, crash, 1)]
     events = preempted(0, step=1) + preempted(1, step=1)
     ranks = [RankResult(0, "hung"), released_from_handler(1)]
-    assert judged(ranks, events + crashed).known is None  # type: ignore[attr-defined]
+    beside = judged(ranks, events + crashed)
+    assert beside.known is not None, beside.reason  # type: ignore[attr-defined]
     by_program = [
         replace(
             e,
@@ -268,14 +272,14 @@ def test_a_sigterm_lightnings_loops_turn_into_exit_0_is_lightnings_19916() -> No
     workaround that exits 143."""
     outcome = stopped_job([ended(0), ended(1)])
     found = match_known(outcome)
-    assert found is not None and found[0].key == "lightning-sigterm-exit-zero"
-    issue = found[0]
+    assert found is not None and found.issue.key == "lightning-sigterm-exit-zero"
+    issue = found.issue
     assert "19916" in issue.reference and "21623" in issue.reference
     assert "sys.exit(143)" in issue.workaround
     assert issue.covers("lightning", "2.0.0") and issue.covers("pytorch-lightning", "2.6.6")
     assert not issue.covers("lightning", "1.9.5")  # GracefulExitException before 2.0
     verdict = judge(outcome)
-    assert verdict.failed and verdict.known is not None and verdict.known[0] is issue
+    assert verdict.failed and verdict.known is not None and verdict.known.issue is issue
 
 
 def test_an_exit_0_the_program_chose_is_not_lightnings_19916() -> None:
@@ -296,9 +300,9 @@ def test_lightnings_exit_0_in_the_first_run_of_a_requeued_job_is_still_19916() -
     first = stopped_job([ended(0), ended(1)], violations=())
     finished = settle([RankResult(0, "passed"), RankResult(1, "passed")])
     label = "run 1 of 2 (then requeued), "
-    violation = replace(exits_zero_violation(), message=label + "reports success ...")  # type: ignore[type-var]
+    violation = replace(exits_zero_violation(), message=label + "reports success ...", run=1)  # type: ignore[type-var]
     plan = Schedule.parse(f"restarts 1\n{PREEMPT_BOTH}")
     job = Outcome(overall(finished), finished, [], 1.0, plan, "t.py:f", 5.0, (violation,), (first,))
     found = match_known(job)
-    assert found is not None and found[0].key == "lightning-sigterm-exit-zero"
+    assert found is not None and found.issue.key == "lightning-sigterm-exit-zero"
     assert match_known(replace(job, attempts=(replace(first, events=[]),))) is None

@@ -33,7 +33,7 @@ def test_an_epoch_end_resume_under_max_steps_is_lightnings_known_issue(
     restart-equivalence finding is set apart as Lightning's known issue."""
     verdict = judged(world2, target)
     assert verdict.failed and "restart-equivalence" in verdict.reason, verdict.reason
-    assert verdict.known is not None and verdict.known[0].key == ISSUE, verdict.reason
+    assert verdict.known is not None and verdict.known.issue.key == ISSUE, verdict.reason
 
 
 @pytest.mark.slow

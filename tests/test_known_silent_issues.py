@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from chaoslight import Event, Outcome, Schedule
+from chaoslight import Event, Outcome, Schedule, judge
 from chaoslight._checks._facts import FACTS, framework_facts
 from chaoslight._report import FAILED, PASSED
 from chaoslight._report._records import RankResult
@@ -81,13 +81,15 @@ def apart(step: int = 0) -> Violation:
 
 def ahead() -> Violation:
     return Violation(
-        "restart-equivalence", "global_step at the end: 13 after the resume, 12 uninterrupted"
+        "restart-equivalence",
+        "global_step at the end: 13 after the resume, 12 uninterrupted",
+        aspect="end",
     )
 
 
 def key(outcome: Outcome) -> str | None:
     found = match_known(outcome)
-    return None if found is None else found[0].key
+    return None if found is None else found.issue.key
 
 
 @pytest.mark.parametrize("version", ["2.0.0", "2.4.0", "2.5.6"])
@@ -98,7 +100,7 @@ def test_replicas_apart_at_the_first_step_under_manual_static_graph_is_lightning
     outcome = run([facts(version, **MANUAL_STATIC)] * 2, [apart()])
     found = match_known(outcome)
     assert found is not None
-    issue, package, seen = found
+    issue, package, seen = found.issue, found.package, found.version
     assert (issue.key, package, seen) == (STATIC, "lightning", version)
     assert "21251" in issue.reference and "static_graph" in issue.workaround
 
@@ -146,8 +148,18 @@ def test_the_first_step_of_a_resumed_fit_counts_as_its_first() -> None:
 )
 def test_replicas_apart_in_another_shape_stay_the_programs(outcome: Outcome) -> None:
     """A fixed release, automatic optimization, a dynamic graph, replicas that part later,
-    missing or disagreeing facts, another failing check or a harmful fault: the program's."""
-    assert match_known(outcome) is None
+    missing or disagreeing facts: the program's. Beside another failing check the issue
+    claims its own violation and the other check's is the program's; under a desync fault
+    the fault explains the replicas (no issue is credited)."""
+    verdict = judge(outcome)
+    assert verdict.known is None
+    if verdict.failed:
+        assert verdict.findings, verdict.accounts
+        assert all(a.symptom.violation not in _claimed(verdict) for a in verdict.findings)
+
+
+def _claimed(verdict: Any) -> list[Violation]:
+    return [v for claim in verdict.claims for v in claim.claimed.violations]
 
 
 @pytest.mark.parametrize("version", ["2.1.0", "2.4.0"])
@@ -156,8 +168,8 @@ def test_a_resume_from_a_batch_end_checkpoint_a_step_ahead_is_lightnings(version
     Lightning PR #20379 on 2.0-2.4.0."""
     outcome = run([facts(version, **BATCH_END_RESUME)] * 2, [ahead()], first_step=7)
     found = match_known(outcome)
-    assert found is not None and found[0].key == RESUME
-    assert "20379" in found[0].reference and "epoch ends" in found[0].workaround
+    assert found is not None and found.issue.key == RESUME
+    assert "20379" in found.issue.reference and "epoch ends" in found.issue.workaround
 
 
 @pytest.mark.parametrize(
@@ -173,20 +185,16 @@ def test_a_resume_from_a_batch_end_checkpoint_a_step_ahead_is_lightnings(version
             run([facts("2.4.0", **BATCH_END_RESUME)] * 2, [ahead(), apart(step=8)]),
             id="replicas-apart-too",
         ),
-        pytest.param(
-            run(
-                [facts("2.4.0", **BATCH_END_RESUME)] * 2,
-                [ahead()],
-                fired="raise@lightning.training_step rank=0 step=8",
-            ),
-            id="an-error-fired-in-the-resumed-run",
-        ),
     ],
 )
 def test_a_restart_difference_in_another_shape_stays_the_programs(outcome: Outcome) -> None:
-    """A warm-up counter lost on an epoch-end resume, a fixed release, a run that did not
-    resume, another failing check or an error that fired: the program's own finding."""
-    assert match_known(outcome) is None
+    """A fixed release, an epoch-end checkpoint, a run that did not resume: the program's
+    own finding. Beside another failing check the issue claims only its own violation, and
+    the other check's is the program's finding; an error that fired in the resumed run
+    changes nothing of what the issue explains."""
+    verdict = judge(outcome)
+    assert verdict.failed and verdict.known is None, verdict.accounts
+    assert all(a.symptom.violation not in _claimed(verdict) for a in verdict.findings)
 
 
 @pytest.mark.usefixtures("lightning_in_process")
@@ -248,6 +256,17 @@ def misplaced() -> Violation:
         "as epoch 1 batch 0",
         rank=0,
         step=4,
+        aspect="position",
+    )
+
+
+def wrong_rate() -> Violation:
+    return Violation(
+        "restart-equivalence",
+        "learning rate of group 0 at step 4: 0.0125 after the resume, 0.0625 uninterrupted",
+        rank=0,
+        step=4,
+        aspect="learning-rate",
     )
 
 
@@ -268,13 +287,20 @@ def restarted(
 def test_an_epoch_end_resume_under_max_steps_that_lands_wrong_is_lightnings(version: str) -> None:
     """max_steps, resumed from an epoch-end checkpoint, only restart-equivalence fails: known."""
     found = match_known(restarted(EPOCH_END_BY_STEPS, [misplaced()], version))
-    assert found is not None and found[0].key == ITERATION
-    assert "12821" in found[0].reference and "every_n_train_steps" in found[0].workaround
+    assert found is not None and found.issue.key == ITERATION
+    assert "12821" in found.issue.reference and "every_n_train_steps" in found.issue.workaround
 
 
-def test_a_learning_rate_difference_in_the_same_shape_is_lightnings_too() -> None:
-    """The same resume, seen as a learning rate apart (an epoch-interval scheduler): known."""
+def test_in_the_same_shape_a_count_or_a_misplaced_resume_is_lightnings_a_rate_alone_not() -> None:
+    """The same resume seen as the job counting a step past is Lightning's; a learning rate
+    apart beside the misplaced resume is too (an epoch-interval scheduler steps where the
+    shifted epoch ends); a learning rate apart with the resume in place is the program's
+    (a warm-up counter lost), whatever the shape."""
     assert key(restarted(EPOCH_END_BY_STEPS, [ahead()])) == ITERATION
+    both = judge(restarted(EPOCH_END_BY_STEPS, [wrong_rate(), misplaced()]))
+    assert both.known is not None and both.known.issue.key == ITERATION
+    alone = judge(restarted(EPOCH_END_BY_STEPS, [wrong_rate()]))
+    assert alone.failed and alone.known is None and "learning rate" in alone.reason
 
 
 @pytest.mark.parametrize(
@@ -330,21 +356,17 @@ def test_a_restart_difference_outside_the_iteration_resume_shape_stays_the_progr
     outcome: Outcome,
 ) -> None:
     """Training by epochs, a mid-epoch checkpoint, no resume, another failing check, a
-    harmful fault, facts without the fit's shape or an older release: the program's."""
-    assert key(outcome) != ITERATION
+    harmful fault, facts without the fit's shape or an older release: the program's (beside
+    another check, the issue claims its own violation and the other is the program's)."""
+    verdict = judge(outcome)
+    assert verdict.known is None or verdict.known.issue.key != ITERATION, verdict.accounts
 
 
 def test_a_warmup_counter_lost_on_an_epoch_end_resume_by_epochs_is_the_programs() -> None:
     """warmup_counter.py:train_buggy's shape (max_epochs, epoch-end checkpoint, a learning
     rate apart) matches no known issue."""
     by_epochs = {**EPOCH_END_BY_STEPS, "max_steps": -1, "epoch_completed": 1}
-    wrong_rate = Violation(
-        "restart-equivalence",
-        "learning rate of group 0 at step 4: 0.0125 after the resume, 0.0625 uninterrupted",
-        rank=0,
-        step=4,
-    )
-    assert match_known(restarted(by_epochs, [wrong_rate])) is None
+    assert match_known(restarted(by_epochs, [wrong_rate()])) is None
 
 
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")

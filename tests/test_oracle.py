@@ -12,21 +12,20 @@ from chaoslight._report._outcome import overall, settle
 from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED, NOTE
 from chaoslight._runtime._preempt import STOPPED
+from chaoslight._schedule import Severity
 from chaoslight._verdict._oracle import (
     ANY_END_RULE,
-    BENIGN,
     BENIGN_RULE,
-    DESYNC,
     FAILED_CLEANLY,
     HANG_RULE,
-    HARD,
     INTERNAL_RULE,
     NO_FAULT,
     RECOVERED,
     SWALLOWED,
-    fault_class,
 )
 from chaoslight.checks import Violation
+
+BENIGN, HARD, DESYNC = Severity.BENIGN, Severity.HARD, Severity.DESYNC
 
 OOM_TEXT = "CUDA out of memory. Tried to allocate 1.0 GiB. [simulated by chaoslight: oom@x]"
 GLOO = "RuntimeError: Connection closed by peer"
@@ -63,12 +62,12 @@ def test_fault_classes_follow_what_a_backend_or_cluster_can_do() -> None:
     """Delays and every-rank reorders are benign; OOM/raise/crash hard; per-rank reorders and
     dropped syncs desync."""
     parse = Schedule.parse
-    assert fault_class(parse("delay@lightning.training_step seconds=0.1").faults[0]) == BENIGN
-    assert fault_class(parse("reorder@dist.all_reduce order=reversed").faults[0]) == BENIGN
-    assert fault_class(parse("reorder@dist.all_reduce rank=0 order=reversed").faults[0]) == DESYNC
-    assert fault_class(parse("drop_sync@dist.all_reduce rank=0").faults[0]) == DESYNC
-    assert fault_class(parse("oom@lightning.forward").faults[0]) == HARD
-    assert fault_class(parse("crash@lightning.training_step").faults[0]) == HARD
+    assert parse("delay@lightning.training_step seconds=0.1").faults[0].fault_class() == BENIGN
+    assert parse("reorder@dist.all_reduce order=reversed").faults[0].fault_class() == BENIGN
+    assert parse("reorder@dist.all_reduce rank=0 order=reversed").faults[0].fault_class() == DESYNC
+    assert parse("drop_sync@dist.all_reduce rank=0").faults[0].fault_class() == DESYNC
+    assert parse("oom@lightning.forward").faults[0].fault_class() == HARD
+    assert parse("crash@lightning.training_step").faults[0].fault_class() == HARD
 
 
 def test_no_fault_a_failing_run_fails_with_its_own_error_first() -> None:
@@ -311,7 +310,7 @@ def test_an_allocation_that_cannot_fail_is_not_blamed_for_a_stop_on_preemption()
     events = [fired(0, SMALL_ALLOCATION, 0), *delivered(0), *delivered(1)]
     verdict = judge(outcome([exited(0, 143), exited(1, 143)], events))
     assert not verdict.failed, verdict.reason
-    assert fault_class(Schedule.parse(SMALL_ALLOCATION).faults[0]) == BENIGN
+    assert Schedule.parse(SMALL_ALLOCATION).faults[0].fault_class() == BENIGN
 
 
 def test_a_rank_that_stops_by_its_preemption_swallowed_none_of_its_other_hard_faults() -> None:
@@ -357,7 +356,7 @@ def test_a_large_allocation_without_a_budget_is_hard_and_a_real_oom_surfaces_it(
     """1 GiB held with no budget can run a real device out: ending by a real OOM is ending
     by that fault; swallowing it and failing otherwise is a bug."""
     big = "allocate@lightning.on_train_start rank=0 nbytes=1073741824"
-    assert fault_class(Schedule.parse(big).faults[0]) == HARD
+    assert Schedule.parse(big).faults[0].fault_class() == HARD
     real = "CUDA out of memory. Tried to allocate 2.0 GiB"
     cleanly = [raised(0, "OutOfMemoryError", real), raised(1, "RuntimeError", GLOO, when=2.0)]
     assert not judge(outcome(cleanly, [fired(0, big, 0)])).failed

@@ -32,7 +32,7 @@ from chaoslight._runtime._preempt import handler_owner
 from chaoslight._search._campaign import CLEAN, FOUND, Campaign
 from chaoslight._search._strategies import preemptions
 from chaoslight._verdict._known import KNOWN_ISSUES, match_known, parse_version
-from chaoslight._verdict._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE
+from chaoslight._verdict._oracle import FAILED_CLEANLY, NO_FAULT, PREEMPT_RULE, By
 from chaoslight.strategies import schedules
 
 SITE = "lightning.training_step"
@@ -171,7 +171,7 @@ def test_a_hang_after_lightnings_handler_is_lightnings_known_issue() -> None:
     events = delivered(1, LIGHTNING_266)
     verdict = judge(run([waiting_in(0, BACKWARD), in_handler_broadcast(1)], events))
     assert verdict.failed and verdict.known is not None
-    issue, package, version = verdict.known
+    issue, package, version = verdict.known.issue, verdict.known.package, verdict.known.version
     assert (issue.key, package, version) == (
         "lightning-sigterm-broadcast",
         "pytorch-lightning",
@@ -183,7 +183,8 @@ def test_a_rank_stopping_alone_on_251_is_the_older_known_issue() -> None:
     """On 2.5.1 one rank raising SIGTERMException while its peer errors is issue #20806."""
     events = [*delivered(1, LIGHTNING_251), stopped(0, 4), stopped(1, 4)]
     verdict = judge(run([gloo_error(0), sigterm(1)], events))
-    issue, _, version = verdict.known
+    assert verdict.known is not None
+    issue, version = verdict.known.issue, verdict.known.version
     assert issue.key == "lightning-sigterm-alone" and version == "2.5.1"
     assert "20806" in issue.reference
 
@@ -195,7 +196,7 @@ def test_a_rank_stopping_alone_on_266_is_the_broadcast_issue() -> None:
     events = [*delivered(1, LIGHTNING_266), stopped(0, 5), stopped(1, 4)]
     verdict = judge(run([gloo_error(0), sigterm(1)], events))
     assert verdict.failed and verdict.known is not None
-    assert verdict.known[0].key == "lightning-sigterm-broadcast"
+    assert verdict.known.issue.key == "lightning-sigterm-broadcast"
 
 
 def test_a_rank_gloo_aborted_in_lightnings_handler_broadcast_is_the_broadcast_issue() -> None:
@@ -212,19 +213,39 @@ def test_a_rank_gloo_aborted_in_lightnings_handler_broadcast_is_the_broadcast_is
         assert verdict.failed and (verdict.known is not None) is known, caller
 
 
-def test_a_hang_after_lightnings_handler_is_not_known_when_another_hard_fault_fired() -> None:
-    """A preemption and a hard allocation (1 GiB with no budget: a real device may run
-    out) fired: the same hang may be the allocation's, so it is the program's finding, not
-    Lightning's issue; a delay, or an allocation that cannot fail, changes nothing."""
+def test_a_hang_after_lightnings_handler_is_known_whatever_else_fired() -> None:
+    """A preemption and another fault fired: a hard allocation (1 GiB with no budget: a
+    real device may run out), a delay, an allocation that cannot fail, a flipped sign bit
+    of optimizer state. The ranks' ends show Lightning's handler broadcast paired with a
+    peer's backward: its claim does not depend on what else fired, and nothing is left
+    for the program (the allocation raised nothing)."""
     ranks = [waiting_in(0, BACKWARD), in_handler_broadcast(1)]
-    for other, known in (
-        ("allocate@lightning.training_step rank=0 step=4 nbytes=1073741824", False),
-        ("allocate@lightning.training_step rank=0 step=4 nbytes=1024", True),
-        ("delay@lightning.training_step rank=0 step=4 seconds=0.1", True),
+    for other in (
+        "allocate@lightning.training_step rank=0 step=4 nbytes=1073741824",
+        "allocate@lightning.training_step rank=0 step=4 nbytes=1024",
+        "delay@lightning.training_step rank=0 step=4 seconds=0.1",
+        "flip@lightning.training_step rank=0 step=4 target=optimizer_state bit=sign",
     ):
         events = [*delivered(1, LIGHTNING_266), Event(FIRED, SITE, 0, 4, 1.0, 1.0, other, 1)]
         verdict = judge(run(ranks, events, fault=f"{PREEMPT}\n{other}"))
-        assert verdict.failed and (verdict.known is not None) is known, other
+        assert verdict.failed and verdict.known is not None, other
+        assert verdict.known.issue.key == "lightning-sigterm-broadcast", other
+        assert {a.by for a in verdict.accounts} == {By.KNOWN}, verdict.accounts
+
+
+def test_a_known_issue_beside_the_programs_own_error_leaves_the_error_the_programs() -> None:
+    """Lightning's handler broadcast strands rank 1, and rank 0 fails with an error of its
+    own: the stranded rank is Lightning's (claimed, reported apart), the error the
+    program's finding, named by its own evidence."""
+    tb = 'Traceback (most recent call last):\n  File "/home/me/train.py", line 9, in x\n'
+    info = ExceptionInfo("ValueError", "loss went missing", tb + "ValueError: loss went missing")
+    own = RankResult(0, "failed", info, ended_s=1.0)
+    verdict = judge(run([own, in_handler_broadcast(1)], delivered(1, LIGHTNING_266)))
+    assert verdict.failed and verdict.known is None
+    assert "ValueError: loss went missing" in verdict.reason
+    assert [c.issue.key for c in verdict.claims] == ["lightning-sigterm-broadcast"]
+    by_rank = {a.symptom.rank: a.by for a in verdict.accounts if a.symptom.violation is None}
+    assert by_rank[1] == By.KNOWN and By.PROGRAM in {a.by for a in verdict.accounts}
 
 
 def test_a_size_mismatch_abort_after_lightnings_handler_is_its_broadcast() -> None:
@@ -236,7 +257,7 @@ def test_a_size_mismatch_abort_after_lightnings_handler_is_its_broadcast() -> No
     ranks = [gloo_error(0), aborted]
     verdict = judge(run(ranks, delivered(0, LIGHTNING_266)))
     assert verdict.failed and verdict.known is not None
-    assert verdict.known[0].key == "lightning-sigterm-broadcast"
+    assert verdict.known.issue.key == "lightning-sigterm-broadcast"
     assert judge(run(ranks, delivered(0, "the program"))).known is None
     oom = "oom@lightning.training_step rank=1 step=4"
     events = [*delivered(0, LIGHTNING_266), Event(FIRED, SITE, 1, 4, 1.0, 1.0, oom, 1)]

@@ -29,7 +29,7 @@ from chaoslight._search._soak_record import (
     SoakResult,
     load_soak,
 )
-from chaoslight._verdict._known import KNOWN_ISSUES
+from chaoslight._verdict._known import KNOWN_ISSUES, KnownClaim
 from chaoslight.strategies import DEFAULT_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -328,7 +328,8 @@ class _KnownWhenAlone(_BuggyJob):
     def run(self, world: Any, schedule: Schedule) -> tuple[Verdict, _Outcome]:
         verdict, outcome = super().run(world, schedule)
         if verdict.failed and len(schedule) == 1:
-            verdict.known = (KNOWN_ISSUES[0], "lightning", "2.6.6")
+            claim = KnownClaim(KNOWN_ISSUES[0], "lightning", "2.6.6")
+            verdict.known, verdict.claims = claim, (claim,)
         return verdict, outcome
 
 

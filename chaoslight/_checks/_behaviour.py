@@ -7,8 +7,7 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, Violation
 from chaoslight._report import CRASHED, FAILED, HUNG, PASSED
 from chaoslight._runtime import PROGRESS_SITES, Watchdog
-from chaoslight._runtime._events import FIRED
-from chaoslight._schedule import fault_from_text
+from chaoslight._runtime._events import parse_fired
 from chaoslight._schedule._validate import check_seconds
 from chaoslight._world import WORLD_TIMEOUT_S
 
@@ -31,25 +30,23 @@ class ErrorsSurface(Check):
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         stuck = [v for v in evidence.ranks.values() if v.status in (FAILED, HUNG, CRASHED)]
-        for event in evidence.events:
-            if event.kind != FIRED:
-                continue
-            fault = fault_from_text(event.fault)
-            view = evidence.ranks.get(event.rank)
+        for fired in parse_fired(evidence.events):
+            fault = fired.fault
+            view = evidence.ranks.get(fired.rank)
             if not fault.catchable or view is None or view.status != PASSED:
                 continue
-            others = [v for v in stuck if v.rank != event.rank]
+            others = [v for v in stuck if v.rank != fired.rank]
             if others:
                 other = others[0]
                 return [
                     Violation(
                         self.name,
-                        f"the injected {fault.kind} ({event.fault}) was swallowed on rank "
-                        f"{event.rank}, which finished, while rank {other.rank} "
+                        f"the injected {fault.kind} ({fired.text}) was swallowed on rank "
+                        f"{fired.rank}, which finished, while rank {other.rank} "
                         f"{'was left waiting' if other.status == HUNG else 'did not'}: "
                         f"{other.evidence or other.status}",
-                        rank=event.rank,
-                        step=event.step,
+                        rank=fired.rank,
+                        step=fired.step,
                         cause=self.cause,
                     )
                 ]

@@ -22,16 +22,16 @@ program may stop on metrics the fault changed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._reference import fault_free, note
-from chaoslight._runtime._events import FIRED
+from chaoslight._runtime._events import budget_of, parse_fired, read_fault
 from chaoslight._runtime._preempt import sigterm_deliveries
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import InvalidSchedule, Severity, fault_from_text
+from chaoslight._schedule import Severity
 
 # Callbacks that end a fit by their own decision, on metrics or on the clock.
 SELF_STOPPING = ("EarlyStopping", "Timer")
@@ -161,7 +161,7 @@ class ExitStatus(Check):
             )
             violation = self._judge_run(self.fits(run), planned, struck, label, number > 1)
             if violation is not None:
-                return [violation]
+                return [replace(violation, run=number)]
         return []
 
     def fits(self, evidence: Evidence) -> Fits:
@@ -226,30 +226,19 @@ def _struck(run: Evidence) -> Struck | None:
     notices = sigterm_deliveries(run.events)
     if notices:
         first = notices[0]
-        to = f"rank {first.rank}" + (" and its process group" if _to_group(first.fault) else "")
+        notice = read_fault(first.fault)
+        group = notice is not None and notice.reaches_group()
+        to = f"rank {first.rank}" + (" and its process group" if group else "")
         return Struck(f"a preemption (SIGTERM to {to} at step {first.step})", True)
-    budget = getattr(run.schedule, "memory_budget", None)
-    for event in run.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            continue
+    budget = budget_of(run.schedule)
+    for fired in parse_fired(run.events):
+        fault = fired.fault
         # A notice that was never delivered did nothing; one that was is counted above.
         if not fault.acts_later and fault.fault_class(budget) == Severity.HARD:
             return Struck(
-                f"the injected {event.fault} (rank {event.rank}, step {event.step})", False
+                f"the injected {fired.text} (rank {fired.rank}, step {fired.step})", False
             )
     return None
-
-
-def _to_group(fault_text: str) -> bool:
-    """Whether the notice written ``fault_text`` went to its rank's whole process group."""
-    try:
-        return fault_from_text(fault_text).params().get("group") is True
-    except InvalidSchedule:
-        return False
 
 
 def _first_unreached(

@@ -39,9 +39,10 @@ from chaoslight._checks._learned_relations import (
     learn,
 )
 from chaoslight._checks._reference import fault_free, note, passed_everywhere
-from chaoslight._runtime._events import FIRED
+from chaoslight._report._ridden import judged_faults
+from chaoslight._runtime._events import FIRED, budget_of, parse_fired
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import InvalidSchedule, Severity, clip, fault_from_text
+from chaoslight._schedule import Severity, clip
 
 # Elements of each parameter summed at an epoch's end: a strided sample, so that the cost
 # stays far below one full pass of replicas-in-sync (which compares every element).
@@ -184,17 +185,11 @@ def table_of(evidence: Evidence, check: str) -> ValueTable:
 
 def benign_only(evidence: Evidence) -> bool:
     """Every fault that fired in the run is benign (vacuously, when none fired)."""
-    budget = getattr(evidence.schedule, "memory_budget", None)
-    for event in evidence.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            return False  # a fault this version cannot read: judge nothing
-        if fault.fault_class(budget) != Severity.BENIGN:
-            return False
-    return True
+    budget = budget_of(evidence.schedule)
+    if parse_fired(evidence.events).unreadable:
+        return False  # a fault this version cannot read: judge nothing
+    judged = judged_faults(evidence.events, evidence.ranks.values())  # a freeze ridden out: a delay
+    return all(fault.fault_class(budget) == Severity.BENIGN for _, fault in judged)
 
 
 def _no_rerun(*args: Any, **kwargs: Any) -> Evidence:

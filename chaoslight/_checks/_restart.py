@@ -38,9 +38,10 @@ from chaoslight._checks._restart_compare import (
     steps,
 )
 from chaoslight._checks._restart_facts import observer
-from chaoslight._runtime._events import FIRED
+from chaoslight._report import Outcome
+from chaoslight._runtime._events import budget_of, parse_fired
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import InvalidArgument, Severity, fault_from_text
+from chaoslight._schedule import Severity
 
 
 class RestartEquivalence(Check):
@@ -79,19 +80,16 @@ class RestartEquivalence(Check):
         return violations
 
 
-def faults_leave_training_alone(evidence: Evidence) -> bool:
+def faults_leave_training_alone(evidence: Evidence | Outcome) -> bool:
     """Every fault that fired ended its run (a crash, a preemption) or cannot change
     training (a benign fault); in the last run only benign ones fired."""
-    budget = getattr(evidence.schedule, "memory_budget", None)
+    budget = budget_of(evidence.schedule)
     for run in (*evidence.attempts, evidence):
         last = run is evidence
-        for event in run.events:
-            if event.kind != FIRED:
-                continue
-            try:
-                fault = fault_from_text(event.fault)
-            except InvalidArgument:
-                return False
+        fired = parse_fired(run.events)
+        if fired.unreadable:
+            return False
+        for fault in (f.fault for f in fired):
             if fault.fault_class(budget) == Severity.BENIGN:
                 continue
             if last or not (fault.kills_process or fault.acts_later):
@@ -154,13 +152,13 @@ def _end(result: Comparison, origin: FitSeen, fit: FitSeen, same: bool, index: i
                 if fit.flag("timer") or ((mine["stop"] or theirs["stop"]) and not same):
                     return  # a Timer, or a callback deciding from metrics, ended a fit
                 where = f"{what} at the end of fit {index}"
-                result.fail(step, differs(where, mine[key], theirs[key]), rank)
+                result.fail(step, differs(where, mine[key], theirs[key]), rank, aspect="end")
                 return
         found = _leaves(_totals(mine["loop"]), _totals(theirs["loop"]), exact=True)
         for path, a, b in found[:1]:
             message = differs(f"fit loop state {path!r} at the end", a, b)
             if not fit.mid_epoch():
-                result.fail(step, message, rank)
+                result.fail(step, message, rank, aspect="loop-state")
                 return
             result.warn(message, LIGHTNING_MID_EPOCH, rank)
         if _optimizers(result, mine["opt"], theirs["opt"], rank, step, same):
@@ -200,11 +198,12 @@ def _optimizers(
     """State names and step counts: each parameter's on the same path, else the largest
     (a parameter may miss a step where random draws left it without a gradient)."""
     if len(mine) != len(theirs):
-        result.fail(step, differs("optimizers", len(mine), len(theirs)), rank)
+        result.fail(step, differs("optimizers", len(mine), len(theirs)), rank, aspect="optimizer")
         return True
     for which, (a, b) in enumerate(zip(mine, theirs, strict=True)):
         if a["keys"] != b["keys"]:
-            result.fail(step, differs(f"optimizer {which} state", a["keys"], b["keys"]), rank)
+            what = f"optimizer {which} state"
+            result.fail(step, differs(what, a["keys"], b["keys"]), rank, aspect="optimizer")
             return True
         params = sorted(set(a["steps"]) | set(b["steps"]), key=lambda p: (len(p), p))
         pairs = [(f" of parameter {p}", a["steps"].get(p), b["steps"].get(p)) for p in params]
@@ -213,7 +212,7 @@ def _optimizers(
         for whose, x, y in pairs:
             if x != y:
                 what = f"optimizer {which} step count{whose} at the end"
-                result.fail(step, differs(what, _whole(x), _whole(y)), rank)
+                result.fail(step, differs(what, _whole(x), _whole(y)), rank, aspect="optimizer")
                 return True
     return False
 
@@ -237,7 +236,7 @@ def _callbacks(
             if mid_epoch:  # the samples differed, and what a callback counts of them may
                 result.warn(message, LIGHTNING_MID_EPOCH, rank)
                 return False
-            result.fail(step, message, rank)
+            result.fail(step, message, rank, aspect="callbacks")
             return True
     return False
 
@@ -261,14 +260,15 @@ def weights_differ(
 ) -> Violation | None:
     """The first parameter or buffer whose checksums differ, as a violation."""
     if mine["names"] != theirs["names"]:
-        return Violation(name, "the model ends with other parameters", rank, step, CAUSE)
+        message = "the model ends with other parameters"
+        return Violation(name, message, rank, step, CAUSE, aspect="weights")
     for param, a, b in zip(mine["names"], mine["sums"], theirs["sums"], strict=True):
         if a != b:
             message = (
                 f"parameter {param!r} ends differently than in an uninterrupted run (checksum "
                 f"difference {abs(a[0] - b[0]):.3g}), and the program draws no random number"
             )
-            return Violation(name, message, rank=rank, step=step, cause=CAUSE)
+            return Violation(name, message, rank=rank, step=step, cause=CAUSE, aspect="weights")
     return None
 
 

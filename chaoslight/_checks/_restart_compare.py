@@ -113,10 +113,12 @@ class Comparison:
     warnings: list[Violation] = field(default_factory=list)
     weights: Violation | None = None
 
-    def fail(self, step: int, message: str, rank: int | None, cause: str = CAUSE) -> None:
-        self.failures.append(
-            (step, Violation(self.name, message, rank=rank, step=step, cause=cause))
-        )
+    def fail(
+        self, step: int, message: str, rank: int | None, cause: str = CAUSE, *, aspect: str
+    ) -> None:
+        """A failure at ``step``; ``aspect`` names what differs (``Violation.aspect``)."""
+        violation = Violation(self.name, message, rank=rank, step=step, cause=cause, aspect=aspect)
+        self.failures.append((step, violation))
 
     def warn(self, message: str, cause: str, rank: int | None = None) -> None:
         if all(w.message != message for w in self.warnings):
@@ -125,8 +127,17 @@ class Comparison:
             )
 
     def violations(self) -> list[Violation]:
-        first = sorted(self.failures, key=lambda item: item[0])[:1]
-        return [v for _, v in first] + self.warnings[:2]
+        """The failures at the first step anything differs (one per aspect: a learning
+        rate and a misplaced resume at the same step are both reported, so that whoever
+        reads them sees the cause beside its consequence), then two warnings at most."""
+        if not self.failures:
+            return self.warnings[:2]
+        first = min(step for step, _ in self.failures)
+        found: dict[str, Violation] = {}
+        for step, violation in self.failures:
+            if step == first:
+                found.setdefault(violation.aspect, violation)
+        return [*found.values(), *self.warnings[:2]]
 
 
 def steps(result: Comparison, origin: FitSeen, fit: FitSeen, drew: bool) -> None:
@@ -185,7 +196,7 @@ def _rates(result: Comparison, origin: FitSeen, fit: FitSeen, drew: bool) -> Non
                     "state, which Lightning does not checkpoint",
                 )
             else:
-                result.fail(step, f"{what}: {values}", rank)
+                result.fail(step, f"{what}: {values}", rank, aspect="learning-rate")
             return
 
 
@@ -264,6 +275,7 @@ def _position(result: Comparison, origin: FitSeen, fit: FitSeen) -> None:
             f"uninterrupted run counts as epoch {theirs[0]} batch {theirs[1]}",
             rank,
             POSITION_CAUSE,
+            aspect="position",
         )
         return
 
@@ -314,7 +326,7 @@ def _differ(
         f"{key[1]}) after the resume: {changed} of its {len(mine)} samples are not the "
         f"uninterrupted run's{again}"
     )
-    result.fail(int(batch["g"]), message, rank, SAMPLES_CAUSE)
+    result.fail(int(batch["g"]), message, rank, SAMPLES_CAUSE, aspect="samples")
 
 
 def _epochs(result: Comparison, origin: FitSeen, fit: FitSeen, level: str) -> None:
@@ -338,5 +350,5 @@ def _epochs(result: Comparison, origin: FitSeen, fit: FitSeen, level: str) -> No
             for (e, _), b_ in batches.items()
             if e == epoch
         ]
-        result.fail(min(steps, default=0), message, None, SAMPLES_CAUSE)
+        result.fail(min(steps, default=0), message, None, SAMPLES_CAUSE, aspect="samples")
         return

@@ -17,8 +17,7 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import quietly
-from chaoslight._runtime._events import FIRED
-from chaoslight._schedule import InvalidSchedule, fault_from_text
+from chaoslight._runtime._events import parse_fired
 
 Epoch = tuple[int, int]  # (fit, epoch): the fits of one process count from 0
 
@@ -27,17 +26,7 @@ def data_altered(evidence: Evidence) -> list[str]:
     """The faults that fired in the run and changed which samples a rank read (a batch
     read twice, or lost: a kind's ``alters_data``), as text: what a rank's stream holds
     is then the fault's doing, and the data checks do not judge it by content or count."""
-    altered = []
-    for event in evidence.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            continue  # another chaoslight version's log: judged without it
-        if fault.alters_data:
-            altered.append(event.fault)
-    return altered
+    return [fired.text for fired in parse_fired(evidence.events) if fired.fault.alters_data]
 
 
 def row_hashes(batch: Any, cache: dict[Any, Any] | None = None) -> list[int]:

@@ -218,6 +218,10 @@ def _print_result(console: Console, result: Result, failure: Failure) -> None:
     console.print(f"failure: {failure.reason}")
     for line in result.verdict.notes:
         console.print(f"note: {line}")
+    if len(result.verdict.accounts) > 1:
+        console.print("what explains each symptom:")
+        for account in result.verdict.accounts:
+            console.print(f"  {account}")
     if result.status in (FLAKY, BASELINE, FLAKY_BASELINE) and result.replays:
         seen = ", ".join(f"{r.status}{' (failed)' if r.failed else ''}" for r in result.replays)
         console.print(f"replays saw: {seen}")

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._report._records import RankResult
+from chaoslight._report._ridden import as_judged
 from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED
-from chaoslight._runtime._events import FIRED, Event
-from chaoslight._schedule._errors import InvalidSchedule
+from chaoslight._runtime._events import Event, budget_of, parse_fired
 from chaoslight._schedule._kind import Severity
-from chaoslight._schedule._textform import fault_from_text
 from chaoslight._schedule._vocabulary import Vocabulary
 
 
@@ -67,8 +66,13 @@ def find_culprit(
     results = list(ranks)
     if all(r.status == PASSED for r in results):
         return None
-    budget = getattr(schedule, "memory_budget", None)
-    struck = [e for e in events if e.kind == FIRED and _can_fail(e.fault, budget)]
+    budget = budget_of(schedule)
+    seen = list(events)
+    struck = [
+        f.event
+        for f in parse_fired(seen)
+        if as_judged(f, results, seen).fault_class(budget) != Severity.BENIGN
+    ]
     if struck:
         status = {r.rank: r.status for r in results}
         # Of several faults, one whose rank ended by itself (failed, crashed, hung) over
@@ -79,15 +83,6 @@ def find_culprit(
     first = next(r for r in ordered_by_cause(tuple(results)) if r.status != PASSED)
     causes = {FAILED: Cause.ERROR, CRASHED: Cause.ERROR, HUNG: Cause.HANG}
     return Culprit(first.rank, causes.get(first.status, Cause.CONSEQUENCE))
-
-
-def _can_fail(text: str, budget: Any) -> bool:
-    """Whether the fault ``text`` names can make a job fail (its class is not benign)."""
-    try:
-        fault = fault_from_text(text)
-    except InvalidSchedule:
-        return False  # an event log from another chaoslight version
-    return fault.fault_class(budget) != Severity.BENIGN
 
 
 def ordered_by_cause(ranks: tuple[RankResult, ...], first: int | None = None) -> list[RankResult]:

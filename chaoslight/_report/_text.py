@@ -10,12 +10,10 @@ from chaoslight._report._culprit import find_culprit, ordered_by_cause
 from chaoslight._report._records import RankResult
 from chaoslight._report._status import CRASHED, FAILED, HUNG, PASSED, RELEASED
 from chaoslight._report._timeline import RankEnd
-from chaoslight._runtime._events import FIRED, Event
+from chaoslight._runtime._events import FIRED, Event, read_fault
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._trace import SPAN_KINDS
 from chaoslight._schedule._clip import clip
-from chaoslight._schedule._errors import InvalidSchedule
-from chaoslight._schedule._textform import fault_from_text
 
 
 class ExampleRecord(Protocol):
@@ -153,10 +151,8 @@ def death_line(rank: int, code: int | None, output: str, events: list[Event]) ->
 
 def _kills_with(fault_text: str) -> int | None:
     """The signal the fault written ``fault_text`` ends its process with, if any."""
-    try:
-        return fault_from_text(fault_text).kills_with()
-    except InvalidSchedule:
-        return None  # a log from another chaoslight version: say only what fired
+    fault = read_fault(fault_text)
+    return None if fault is None else fault.kills_with()  # None: only say what fired
 
 
 def describe(result: RankResult) -> str:

@@ -6,7 +6,19 @@ re-exported here: defining it imports Lightning (see ``chaoslight.__getattr__``)
 """
 
 from chaoslight._runtime._context import current_rank, step_of
-from chaoslight._runtime._events import FIRED, FREED, NEVER_FIRED, NOTE, SURFACED, Event
+from chaoslight._runtime._events import (
+    FIRED,
+    FREED,
+    NEVER_FIRED,
+    NOTE,
+    SURFACED,
+    Event,
+    Fired,
+    FiredFaults,
+    budget_of,
+    parse_fired,
+    read_fault,
+)
 from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
 from chaoslight._runtime._inject import Injection, Run, ScheduleLike, active, as_schedule, inject
 from chaoslight._runtime._protocol import CHECK_FACTORIES, as_checks, check_from_name
@@ -24,6 +36,8 @@ __all__ = [
     "SURFACED",
     "Event",
     "Evidence",
+    "Fired",
+    "FiredFaults",
     "HangDetected",
     "HangReport",
     "Injection",
@@ -36,8 +50,11 @@ __all__ = [
     "active",
     "as_checks",
     "as_schedule",
+    "budget_of",
     "check_from_name",
     "current_rank",
     "inject",
+    "parse_fired",
+    "read_fault",
     "step_of",
 ]

@@ -7,9 +7,10 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
-from chaoslight._schedule import Vocabulary
+from chaoslight._schedule import Fault, InvalidArgument, MemoryBudget, Vocabulary, fault_from_text
 
 
 class EventKind(Vocabulary):
@@ -63,6 +64,72 @@ class Event:
         if self.call:
             text += f" (call #{self.call})"
         return text + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One firing read from an event log: the fault as an object, where and when."""
+
+    rank: int
+    fault: Fault
+    event: Event
+
+    @property
+    def step(self) -> int | None:
+        return self.event.step
+
+    @property
+    def text(self) -> str:
+        return self.event.fault
+
+
+@dataclass(frozen=True)
+class FiredFaults:
+    """Every firing of an event log, in its order, and the fault texts it could not read.
+
+    The one policy for a fault text this version cannot read (a log written by another
+    chaoslight version): it is left out of ``fired`` and counted in ``unreadable``, so
+    whoever judges the run says so once (the verdict notes it) instead of guessing what
+    the fault did. Every reader of "which faults fired" goes through ``parse_fired``."""
+
+    fired: tuple[Fired, ...] = ()
+    unreadable: tuple[str, ...] = ()
+
+    def __iter__(self) -> Any:
+        return iter(self.fired)
+
+    def __len__(self) -> int:
+        return len(self.fired)
+
+
+def parse_fired(events: Iterable[Event]) -> FiredFaults:
+    """The faults that fired in ``events`` (kind ``fired``), parsed once each."""
+    fired: list[Fired] = []
+    unreadable: list[str] = []
+    for event in events:
+        if event.kind != FIRED:
+            continue
+        fault = read_fault(event.fault)
+        if fault is None:
+            unreadable.append(event.fault)
+        else:
+            fired.append(Fired(event.rank, fault, event))
+    return FiredFaults(tuple(fired), tuple(unreadable))
+
+
+@lru_cache(maxsize=4096)
+def read_fault(text: str) -> Fault | None:
+    """A fault's text from an event log as an object, or None where this version cannot
+    read it (``FiredFaults``'s policy). Faults are frozen: one object serves every reader."""
+    try:
+        return fault_from_text(text)
+    except InvalidArgument:
+        return None
+
+
+def budget_of(schedule: Any) -> MemoryBudget | None:
+    """The memory budget of a run's schedule (None: no budget, or no schedule)."""
+    return getattr(schedule, "memory_budget", None)
 
 
 # What appends an event to a log: ``Engine.record(kind, site, rank, step, fault, call=0,

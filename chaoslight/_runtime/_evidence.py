@@ -33,6 +33,13 @@ class Violation:
     # succeeded must have finished): the oracle fails the run on it even where the
     # faults that fired let the run fail cleanly. Others count only on a run that passed.
     any_end: bool = False
+    # What of the run it compares, as data for whoever reads violations (a known issue's
+    # signature claims only the aspects its bug changes): e.g. restart-equivalence's
+    # "position", "samples", "learning-rate", "end", "optimizer", "callbacks", "weights".
+    aspect: str = ""
+    # The run of a restarted job it is about (1 the first); None: the job's last run, or a
+    # job of one run. Data, so that no reader parses it out of the message.
+    run: int | None = None
 
     def __str__(self) -> str:
         where = []

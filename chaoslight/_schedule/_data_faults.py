@@ -92,13 +92,11 @@ class RepeatBatch(Fault):
     kind: ClassVar[str] = "repeat_batch"
     needs: ClassVar[str | None] = BATCHES
     alters_data: ClassVar[bool] = True
+    # Nothing is raised into the program: an error its rank ends with after the repeat is
+    # the program's own reaction to its data (an assert that found it).
+    raises_nothing: ClassVar[bool] = True
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 10
-
-    def surfaced_in(self, error_text: str) -> bool:
-        # Nothing is raised into the program: an error its rank ends with after the
-        # repeat is the program's own reaction to its data (an assert that found it).
-        return True
 
 
 @fault_kind

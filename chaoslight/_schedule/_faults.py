@@ -393,6 +393,9 @@ class Preempt(Fault):
     def kills_with(self) -> int | None:
         return int(_signals.SIGTERM)
 
+    def reaches_group(self) -> bool:
+        return self.group
+
     def surfaced_in(self, error_text: str) -> bool:
         # Lightning's SIGTERMException, raised after the notice, or the program's own
         # exit on it (``sys.exit(143)`` once fit returns): both stop as the notice asks.
@@ -424,6 +427,7 @@ class Freeze(Fault):
     kind: ClassVar[str] = "freeze"
     kills_process: ClassVar[bool] = True  # in-process, it stops the pytest session
     stalls: ClassVar[bool] = True
+    raises_nothing: ClassVar[bool] = True  # whatever its rank ended with followed it
     drawn_by_default: ClassVar[bool] = True
     simplicity: ClassVar[int] = 14
     seconds: float | None = None
@@ -434,8 +438,15 @@ class Freeze(Fault):
             check_seconds("seconds", self.seconds, MAX_FREEZE_S)
         check_choice("how", self.how, FREEZE_HOWS)
 
-    def surfaced_in(self, error_text: str) -> bool:
-        return True  # it raises nothing to swallow: whatever its rank ended with followed
+    def gentler(self) -> Fault:
+        # A straggler as long (a second, for a freeze for good): what a race shows first.
+        return Delay(min(self.seconds or 1.0, MAX_DELAY_SECONDS), **self.trigger())
+
+    def ridden_out(self) -> Fault:
+        # A pause its rank came back from is a straggler of the same length: it excuses
+        # nothing a delay there would not (a peer that read what the rank had not yet
+        # written fails under both). A freeze for good never ends.
+        return self if self.seconds is None else self.gentler()
 
 
 # In the message of the error an aborted process group raises (``_runtime/_halt.py``).

@@ -83,6 +83,11 @@ class Fault:
     # its own hang is the fault, and a peer that waits for it in a collective (which the
     # process group's timeout bounds) does what every correct program does.
     stalls: ClassVar[bool] = False
+    # It raises nothing into the program (a batch read twice, a freeze): an error its rank
+    # ends with afterwards is the program's own reaction to it, so the rank ended by it and
+    # swallowed nothing of it. Its ``surfaced_in`` is False for every text: it never stands
+    # for another fault's error (an OOM the same rank swallowed stays swallowed).
+    raises_nothing: ClassVar[bool] = False
     simplicity: ClassVar[int] = 0  # its place in the simplest-first order a search shrinks to
     # The capability whose sites a search draws it at (OFF_COLLECTIVES: any site but a
     # collective; None: any site); a subclass that leaves it out is drawn where it can fire.
@@ -144,6 +149,22 @@ class Fault:
         preemption's SIGTERM); None for a kind that sends none. A rank that died of that
         signal after it fired died of the fault, not of something that came after it."""
         return None
+
+    def gentler(self) -> Fault | None:
+        """The same trigger as a milder fault that may fail a program the same way, for a
+        search to report the simplest cause it can (a freeze as a straggler of its
+        length); None for a kind with none."""
+        return None
+
+    def ridden_out(self) -> Fault:
+        """What it amounts to once its rank ran again after it: a freeze that ended is a
+        pause, judged as a delay of the same length; every other kind is itself."""
+        return self
+
+    def reaches_group(self) -> bool:
+        """Whether it signals its rank's whole process group, as a scheduler signals every
+        process of a job step (the rank's DataLoader workers too)."""
+        return False
 
     def params(self) -> dict[str, Any]:
         """The kind's own parameters (not the trigger), as JSON-compatible values."""

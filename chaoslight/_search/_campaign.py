@@ -38,9 +38,9 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.strategies import SearchStrategy
 
-from chaoslight._schedule import Schedule
+from chaoslight._schedule import Schedule, Severity
 from chaoslight._search._database import in_shard, known_failures, open_database, remember
-from chaoslight._search._minimize import drop_redundant_faults, shorten_delays
+from chaoslight._search._minimize import drop_redundant_faults, gentlest, shorten_delays
 from chaoslight._search._settings import Settings, with_keywords
 from chaoslight._search._statuses import (
     BASELINE,
@@ -54,7 +54,6 @@ from chaoslight._search._statuses import (
 )
 from chaoslight._verdict._known import KnownFinding
 from chaoslight._verdict._oracle import Verdict
-from chaoslight._verdict._severity import BENIGN
 
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
 MAX_RACE_PROBES = 12  # stragglers tried to pin a race the empty schedule shows sometimes
@@ -204,7 +203,10 @@ class Campaign:
         self._failing[found.schedule.to_text()] = (found.verdict, found.outcome)
         schedule = self._minimise(found.schedule, found.verdict)
         verdict, outcome = self._failing[schedule.to_text()]  # its failing run, not a new one
-        return self._finish(FOUND, schedule, verdict, outcome, started)
+        # A fault that never fired in the failing run is not needed by the failure, yet the
+        # failure did not repeat without it: the run's timing, not its faults, decided.
+        status = FLAKY if verdict.never_fired else FOUND
+        return self._finish(status, schedule, verdict, outcome, started)
 
     def _finish(
         self,
@@ -235,8 +237,9 @@ class Campaign:
             status = FLAKY_BASELINE
             pinned = self._pin_race(verdict)
             if pinned is not None:
-                schedule, verdict, outcome, pinned_replays = pinned
-                replays += pinned_replays
+                # What the report says of it ("makes it fail every time") is what these
+                # replays showed; the empty schedule's replays are in the rate.
+                schedule, verdict, outcome, replays = pinned
         elif differs and status == FOUND:
             status = FLAKY
         return Result(
@@ -259,22 +262,24 @@ class Campaign:
         benign = [
             probe
             for probe in (self.probes() if self.probes is not None else [])
-            if probe.faults and all(f.fault_class() == BENIGN for f in probe)
+            if probe.faults and all(f.fault_class() == Severity.BENIGN for f in probe)
         ]
         for probe in benign[:MAX_RACE_PROBES]:
             if self.out_of_time():
                 return None
             verdict, outcome = self._example(probe)
-            if not verdict.failed or verdict.signature() != like.signature():
+            if not _pins(verdict, like):
                 continue
             replays = [self._example(probe)[0] for _ in range(max(self.settings.replays, 1))]
-            if all(r.signature() == like.signature() for r in replays):
+            if all(_pins(r, like) for r in replays):
                 return probe, verdict, outcome, replays
         return None
 
     def _minimise(self, schedule: Schedule, first: Verdict) -> Schedule:
         """Drop the faults that never fired, then every fault the failure does not need,
-        then shorten each delay to the smallest grid point that still fails."""
+        then shorten each delay to the smallest grid point that still fails. A fault is
+        kept only where the failure needs it *and* it fired: a schedule whose failing run
+        has a fault that never fired is not minimal (``_execute`` reports it flaky)."""
         fired = [f for f in schedule if str(f) not in first.never_fired]
         if len(fired) < len(schedule):
             smaller = Schedule(
@@ -283,6 +288,9 @@ class Campaign:
             if fired and self._still_fails(smaller, first):
                 schedule = smaller
         schedule = drop_redundant_faults(schedule, lambda s: self._still_fails(s, first))
+        gentle = gentlest(schedule, self._fails_at_all)  # its own failure, maybe another's
+        if gentle is not schedule:
+            schedule, first = gentle, self._failing[gentle.to_text()][0]
         return shorten_delays(schedule, lambda s: self._still_fails(s, first))
 
     def _probe(self) -> _Found | None:
@@ -376,16 +384,27 @@ class Campaign:
     def _example(self, schedule: Schedule, fresh: bool = False) -> tuple[Verdict, Any]:
         self.tried.append(schedule)
         verdict, outcome = self.run(schedule, fresh)
-        if verdict.failed and verdict.known is not None and not self.settings.strict:
+        if not self.settings.strict:
             # The framework's bug, not the program's: reported apart, once; the search
-            # goes on as if this run had passed, to find the program's own failures.
-            issue, package, version = verdict.known
-            if issue.key not in self.known:
-                self.known[issue.key] = KnownFinding(issue, package, version, schedule, verdict)
-            verdict = replace(verdict, failed=False)
+            # goes on as if the symptoms it claimed were not there, to find the program's
+            # own failures (a run it alone failed counts as passed).
+            for finding in verdict.known_findings(schedule):
+                self.known.setdefault(finding.issue.key, finding)
+            if verdict.failed and not verdict.is_finding():
+                verdict = replace(verdict, failed=False)
         self.progress.examples += 1
         self.on_progress(self.progress)
         return verdict, outcome
+
+    def _fails_at_all(self, schedule: Schedule) -> bool:
+        """The schedule fails the program (however), every fault of it fired."""
+        if self.out_of_time():
+            return False
+        verdict, outcome = self._example(schedule)
+        fails = verdict.failed and not verdict.never_fired
+        if fails:
+            self._failing[schedule.to_text()] = (verdict, outcome)
+        return fails
 
     def _still_fails(self, schedule: Schedule, like: Verdict) -> bool:
         if self.out_of_time():
@@ -421,6 +440,13 @@ def _warn(line: str) -> None:
     warnings.warn(line, RuntimeWarning, stacklevel=3)
 
 
+def _pins(verdict: Verdict, like: Verdict) -> bool:
+    """A run under a probe fails as ``like`` did and every fault of the probe fired in it:
+    only then does the probe's delay decide the race (one that never fired decides
+    nothing, however often the race happens to fail)."""
+    return verdict.failed and verdict.signature() == like.signature() and not verdict.never_fired
+
+
 def _first_found(error: BaseException) -> _Found | None:
     """Hypothesis wraps a failure that did not reproduce in Flaky: dig the first one out."""
     for inner in getattr(error, "exceptions", ()) or ():
@@ -434,8 +460,8 @@ def _observe(verdict: Verdict, outcome: Any) -> None:
     """What Hypothesis's statistics and observability lines (``HYPOTHESIS_EXPERIMENTAL_
     OBSERVABILITY=1``) record of one run: the verdict, each rank's status, the run's time."""
     event("verdict", "failed" if verdict.failed else "passed")
-    if verdict.known is not None:
-        event("known issue", verdict.known[0].key)  # the framework's bug, set apart
+    for claim in verdict.claims:
+        event("known issue", claim.issue.key)  # the framework's bug, set apart
     for result in getattr(outcome, "ranks", []):
         event(f"rank {result.rank}", result.status)
     if hasattr(outcome, "wall_s"):

@@ -35,6 +35,21 @@ def drop_redundant_faults(schedule: Schedule, fails: Callable[[Schedule], bool])
     return current
 
 
+def gentlest(schedule: Schedule, fails: Callable[[Schedule], bool]) -> Schedule:
+    """Each fault replaced by its gentler kin (``Fault.gentler``: a freeze by a straggler
+    as long) wherever the schedule still ``fails``: the report names the mildest cause."""
+    current = schedule
+    for index, fault in enumerate(current.faults):
+        milder = fault.gentler()
+        if milder is None:
+            continue
+        faults = (*current.faults[:index], milder, *current.faults[index + 1 :])
+        candidate = Schedule(faults, memory_budget=current.memory_budget, restarts=current.restarts)
+        if fails(candidate):
+            current = candidate
+    return current
+
+
 def shorten_delays(
     schedule: Schedule, fails: Callable[[Schedule], bool], grid: Sequence[float] = DELAY_GRID
 ) -> Schedule:

@@ -213,9 +213,11 @@ class _Soak:
 
     def _record(self, schedule: Schedule, verdict: Verdict, wall_s: float) -> JobRecord:
         known = ""
-        if verdict.failed and verdict.known is not None and not self.settings.strict:
-            known = verdict.known[0].key  # the framework's bug: counted apart, not a finding
-            self.result.known[known] += 1
+        if not self.settings.strict:
+            for claim in verdict.claims:  # the framework's bug: counted apart, not a finding
+                self.result.known[claim.issue.key] += 1
+            if verdict.failed and not verdict.is_finding():
+                known = verdict.known.issue.key if verdict.known is not None else ""
         fired = tuple(f"{rank}: {fault}" for rank, fault in verdict.fired)
         failed = verdict.failed and not known
         status = str(verdict.status)
@@ -246,7 +248,7 @@ class _Soak:
         """The run failed, and not by a known framework issue (unless ``strict``): as the
         soak counts a job, so its shrinking and its replay count a run. A shrunk schedule
         that Lightning's own bug fails is not the program's finding made smaller."""
-        return verdict.failed and (verdict.known is None or self.settings.strict)
+        return verdict.is_finding(self.settings.strict)
 
     def _shrink(self, schedule: Schedule, first: Verdict) -> Schedule:
         """The faults that fired, then only those the failure needs, delays shortened,

@@ -27,13 +27,12 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from chaoslight._schedule import FAULT_KINDS, Fault, InvalidArgument, Schedule
+from chaoslight._schedule import FAULT_KINDS, Fault, InvalidArgument, Schedule, Severity
 from chaoslight._schedule._validate import MAX_RESTARTS
 from chaoslight._search._drawing import DEFAULT_SITES, reach_sites
 from chaoslight._search._kinds import resolve_kinds
 from chaoslight._search._reach import USER_WEIGHT, Point, Reach, Space
 from chaoslight._search._strategies import KIND_STRATEGIES
-from chaoslight._verdict._severity import BENIGN
 
 POOL_SIZE = 25  # faults drawn per kind from its strategy: the parameters a soak picks from
 MAX_JOB_FAULTS = 8  # a job hit more often than this is shredded; more would only be noise
@@ -171,7 +170,7 @@ class SoakPlan:
 def job_schedule(faults: list[Fault]) -> Schedule:
     """A job's schedule: its faults, and a restart for each that can end a run (a cluster
     requeues a job that failed or was preempted), at most ``MAX_RESTARTS``."""
-    ending = sum(1 for fault in faults if fault.fault_class() != BENIGN)
+    ending = sum(1 for fault in faults if fault.fault_class() != Severity.BENIGN)
     return Schedule(faults, restarts=min(ending, MAX_RESTARTS))
 
 

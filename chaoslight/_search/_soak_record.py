@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from chaoslight._schedule import Schedule, fault_from_text
+from chaoslight._runtime._events import read_fault
+from chaoslight._schedule import Schedule
 from chaoslight._schedule._errors import InvalidSchedule
 from chaoslight._search._failure import Failure, check_specs
 from chaoslight._search._job import Job, make_job
@@ -166,10 +167,8 @@ class SoakResult:
 
 
 def _kind_of(fault_text: str) -> str:
-    try:
-        return fault_from_text(fault_text).kind
-    except InvalidSchedule:
-        return fault_text.partition("@")[0] or "?"
+    fault = read_fault(fault_text)
+    return fault.kind if fault is not None else fault_text.partition("@")[0] or "?"
 
 
 def load_soak(path: str | Path) -> tuple[Failure, dict[str, Any], list[JobRecord]]:

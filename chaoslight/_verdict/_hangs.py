@@ -17,9 +17,8 @@ shapes are told apart from facts the run recorded:
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from chaoslight._report import HUNG, PASSED, cause_first
+from chaoslight._report import HUNG, PASSED, Outcome, cause_first
 from chaoslight._schedule import Fault
 
 CAUGHT_CAUSE = (
@@ -52,7 +51,7 @@ SIZE_MISMATCH_CAUSE = (
 )
 
 
-def mismatch_cause(outcome: Any) -> str:
+def mismatch_cause(outcome: Outcome) -> str:
     """The usual cause when a rank's error or output shows a size mismatch, else ''."""
     for result in outcome.ranks:
         text = f"{result.exception or ''}\n{result.output or ''}\n{result.evidence or ''}"
@@ -61,12 +60,13 @@ def mismatch_cause(outcome: Any) -> str:
     return ""
 
 
-def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
+def hang_reason(outcome: Outcome, fired: list[tuple[int, Fault]]) -> str:
     """The verdict's reason for a hung run: cause first, evidence, usual cause."""
     caught, handling = _caught(outcome, fired)
     returned = _returned(outcome)
     named: tuple[str, ...] = (caught, returned, cause_first(outcome))
-    if not caught and getattr(outcome, "culprit", None) and outcome.culprit.fault:
+    culprit = outcome.culprit
+    if not caught and culprit is not None and culprit.fault:
         # cause_first names the rank an injected fault fired on first: before the ranks
         # that returned around it (a rank that skipped a collective returns early).
         named = (cause_first(outcome), returned)
@@ -82,7 +82,7 @@ def hang_reason(outcome: Any, fired: list[tuple[int, Fault]]) -> str:
     return f"{reason}. Usual cause: {usual}"
 
 
-def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> tuple[str, bool]:
+def _caught(outcome: Outcome, fired: list[tuple[int, Fault]]) -> tuple[str, bool]:
     """'rank 0 caught the injected oom@... and went on', for a faulted rank that did not
     end by its error (it returned or hung past it); 'rank 0 hung while handling ...' (and
     True) when it hung inside Lightning's exception handling (an on_exception hook)."""
@@ -102,7 +102,7 @@ def _caught(outcome: Any, fired: list[tuple[int, Fault]]) -> tuple[str, bool]:
 _HANDLING = re.compile(r"line \d+ in (_interrupt|on_exception)\n")
 
 
-def _returned(outcome: Any) -> str:
+def _returned(outcome: Outcome) -> str:
     """'rank 1 returned (its last step 3) while rank 0 still waits', when some did."""
     left = [r.rank for r in outcome.ranks if r.status == PASSED]
     waiting = [r.rank for r in outcome.ranks if r.status == HUNG]
@@ -114,7 +114,7 @@ def _returned(outcome: Any) -> str:
     return f"{gone} while {still} still {'waits' if len(waiting) == 1 else 'wait'} for it"
 
 
-def _last_steps(outcome: Any) -> dict[int, int]:
+def _last_steps(outcome: Outcome) -> dict[int, int]:
     last: dict[int, int] = {}
     for event in outcome.events:
         if event.step is not None and event.rank is not None:

@@ -17,10 +17,13 @@ group SIGTERM), ``_known_silent.py`` (damage a check sees); where a rank was:
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from chaoslight._report import HUNG
+from chaoslight._report import HUNG, Outcome
+from chaoslight._verdict._known_frames import collective_ends
 from chaoslight._verdict._known_issue import (
+    NOTHING,
+    Claimed,
+    KnownClaim,
     KnownFinding,
     KnownIssue,
     package_in_stacks,
@@ -30,7 +33,7 @@ from chaoslight._verdict._known_issue import (
 from chaoslight._verdict._known_sigterm import (
     broadcast_or_alone,
     exit_zero_on_sigterm,
-    stopped_alone,
+    stopped_alone_claims,
 )
 from chaoslight._verdict._known_silent import (
     epoch_end_resume_by_steps,
@@ -41,7 +44,15 @@ from chaoslight._verdict._known_silent import (
 from chaoslight._verdict._known_workers import workers_killed_before_stop
 from chaoslight._verdict._preemption import Delivery, deliveries
 
-__all__ = ["KNOWN_ISSUES", "KnownFinding", "KnownIssue", "match_known", "parse_version"]
+__all__ = [
+    "KNOWN_ISSUES",
+    "KnownClaim",
+    "KnownFinding",
+    "KnownIssue",
+    "claim_known",
+    "match_known",
+    "parse_version",
+]
 
 
 # A faulthandler frame of Lightning's OnExceptionCheckpoint.on_exception, either flavour.
@@ -51,11 +62,15 @@ _ON_EXCEPTION_FRAME = re.compile(
 )
 
 
-def _saved_on_exception(outcome: Any, taken: list[Delivery]) -> bool:
-    """A rank hung inside OnExceptionCheckpoint.on_exception (save_checkpoint's barrier)."""
-    return any(
-        r.status == HUNG and _ON_EXCEPTION_FRAME.search(r.stacks or "") for r in outcome.ranks
+def _saved_on_exception(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """A rank hung inside OnExceptionCheckpoint.on_exception (save_checkpoint's barrier):
+    its hang, and its peers' ends in a collective, are the issue's."""
+    saving = frozenset(
+        r.rank
+        for r in outcome.ranks
+        if r.status == HUNG and _ON_EXCEPTION_FRAME.search(r.stacks or "")
     )
+    return Claimed(saving | collective_ends(outcome)) if saving else NOTHING
 
 
 _WORKAROUND = (
@@ -93,7 +108,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "own terms and the loader still shuts its workers down "
             "(examples/bugs/emergency_save_workers.py:train_fixed)"
         ),
-        matches=workers_killed_before_stop,
+        claims=workers_killed_before_stop,
     ),
     KnownIssue(
         key="lightning-sigterm-broadcast",
@@ -117,7 +132,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "issue #20806, released in 2.5.2)"
         ),
         workaround=_WORKAROUND,
-        matches=broadcast_or_alone,
+        claims=broadcast_or_alone,
     ),
     KnownIssue(
         key="lightning-sigterm-alone",
@@ -132,7 +147,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         ),
         reference="https://github.com/Lightning-AI/pytorch-lightning/issues/20806",
         workaround=_WORKAROUND,
-        matches=stopped_alone,
+        claims=stopped_alone_claims,
     ),
     KnownIssue(
         key="lightning-on-exception-checkpoint",
@@ -153,7 +168,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "reaches (ModelCheckpoint), or in your own on_exception write this rank's own "
             "file with torch.save (no collective) and let the exception go on"
         ),
-        matches=_saved_on_exception,
+        claims=_saved_on_exception,
     ),
     KnownIssue(
         key="lightning-sigterm-exit-zero",
@@ -178,7 +193,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "sys.exit(143)` around trainer.fit, or `if trainer.received_sigterm: "
             "sys.exit(143)` after it (examples/known_issues/sigterm_exit_zero.py:train_fixed)"
         ),
-        matches=exit_zero_on_sigterm,
+        claims=exit_zero_on_sigterm,
     ),
     KnownIssue(
         key="lightning-static-graph-manual-sync",
@@ -203,7 +218,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "default) with manual optimization "
             "(examples/known_issues/static_graph_manual.py:train_fixed)"
         ),
-        matches=static_graph_first_step,
+        claims=static_graph_first_step,
     ),
     KnownIssue(
         key="lightning-resume-repeats-batch",
@@ -229,7 +244,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "(ModelCheckpoint without every_n_train_steps): an epoch-end checkpoint resumes "
             "exactly (examples/known_issues/resume_repeats_batch.py:train_fixed)"
         ),
-        matches=repeated_batch_after_resume,
+        claims=repeated_batch_after_resume,
     ),
     KnownIssue(
         key="lightning-iteration-resume-epoch-end",
@@ -260,27 +275,41 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "or later), or train by max_epochs instead of max_steps "
             "(examples/known_issues/iteration_resume.py:train_fixed)"
         ),
-        matches=epoch_end_resume_by_steps,
+        claims=epoch_end_resume_by_steps,
     ),
 )
 
 
-def match_known(outcome: Any, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES) -> Any:
-    """The known issue a failed run shows, as ``(issue, package, version)``, or None."""
+def claim_known(
+    outcome: Outcome, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES
+) -> list[KnownClaim]:
+    """Every known issue of the release the run ran that claims symptoms of ``outcome``
+    (``KnownIssue.claims``), in the table's order."""
     taken = [d for d in deliveries(outcome) if d.by_lightning]
     # A restarted job's SIGTERM may have come in an earlier run (exit-status names that
     # run): the package is the one whose handler took it there. ``taken`` stays this
     # run's own, so a signature that needs a SIGTERM in this run still needs one.
-    earlier = [d for run in getattr(outcome, "attempts", ()) for d in deliveries(run)]
+    earlier = [d for run in outcome.attempts for d in deliveries(run)]
     first = taken or [d for d in earlier if d.by_lightning]
     # A silent bug leaves no signal and no stack: the ranks' own facts name the release.
     found = (
         package_of(first[0]) if first else package_in_stacks(outcome) or package_in_facts(outcome)
     )
     if found is None:
-        return None
+        return []
     package, version = found
+    claims = []
     for issue in issues:
-        if issue.covers(package, version) and issue.matches(outcome, taken):
-            return issue, package, version
-    return None
+        if issue.covers(package, version):
+            claimed = issue.claims(outcome, taken)
+            if claimed:
+                claims.append(KnownClaim(issue, package, version, claimed))
+    return claims
+
+
+def match_known(
+    outcome: Outcome, issues: tuple[KnownIssue, ...] = KNOWN_ISSUES
+) -> KnownClaim | None:
+    """The first known issue that claims symptoms of ``outcome`` (``claim_known``), or None."""
+    claims = claim_known(outcome, issues)
+    return claims[0] if claims else None

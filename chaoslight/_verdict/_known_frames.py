@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
-from chaoslight._report import CRASHED
+from chaoslight._report import CRASHED, FAILED, HUNG, RELEASED, Outcome, RankResult
+from chaoslight._verdict._hangs import SIZE_MISMATCH
 
 _TREES = ("lightning/pytorch/", "pytorch_lightning/")  # the two installed trainer trees
 _LOOPS = tuple(f"{tree}loops/" for tree in _TREES)
@@ -36,7 +36,7 @@ def threads(stacks: str, current: bool = False) -> list[list[FrameName]]:
     ]
 
 
-def crash_dump(result: Any) -> str:
+def crash_dump(result: RankResult) -> str:
     """The faulthandler dump a rank that died by a fatal signal (gloo's abort on a
     collective size mismatch, say) left at the end of its output."""
     if result.status != CRASHED:
@@ -58,7 +58,7 @@ def collective_caller(frames: list[FrameName]) -> FrameName | None:
     return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
 
 
-def blocked_in(result: Any) -> FrameName | None:
+def blocked_in(result: RankResult) -> FrameName | None:
     """Who issued the collective a rank was blocked in: from its stacks when it hung or died
     by a fatal signal, else from the torch.distributed error that released it."""
     for frames in [*threads(result.stacks or ""), *threads(crash_dump(result), True)]:
@@ -71,7 +71,7 @@ def blocked_in(result: Any) -> FrameName | None:
     return None
 
 
-def collective_callers(result: Any) -> list[FrameName]:
+def collective_callers(result: RankResult) -> list[FrameName]:
     """Every collective the rank's evidence shows it in, by the frame that issued it: each
     thread of its stacks, its fatal signal's dump, and its exception when torch.distributed
     raised it (a rank whose main thread a collective's timeout released shows it there
@@ -100,3 +100,27 @@ def raised_in_loops(traceback: str) -> bool:
     """The exception a traceback ends with was raised in Lightning's loops."""
     frames = traceback_frames(traceback)
     return bool(frames) and any(loop in frames[0][0] for loop in _LOOPS)
+
+
+def stranded(result: RankResult) -> bool:
+    """The rank's end is what a rank left behind by its peers' collectives shows: it hung
+    (wherever its stacks say it waited: a rank blocked in native code shows no frame of
+    the collective), was released from a collective by a transport error, failed with a
+    torch.distributed error, or died in a collective (gloo's abort on a pair of mismatched
+    sizes). A rank that failed with an error of its own, or crashed elsewhere, is not."""
+    exc = result.exception
+    if result.status in (HUNG, RELEASED):
+        return True
+    if result.status == FAILED:
+        return exc is not None and exc.distributed
+    if result.status == CRASHED:
+        mismatch = any(words in (result.output or "") for words in SIZE_MISMATCH)
+        return mismatch or blocked_in(result) is not None
+    return False
+
+
+def collective_ends(outcome: Outcome) -> frozenset[int]:
+    """The ranks of ``outcome`` that ended stranded (``stranded``): once a framework's bug
+    has shifted the ranks' sequences of collectives, or taken a rank out of them, these
+    ends are its consequences."""
+    return frozenset(r.rank for r in outcome.ranks if stranded(r))

@@ -1,7 +1,12 @@
-"""What a known framework issue is, and which Lightning release a run ran.
+"""What a known framework issue is, what it claims of a run, and which Lightning release
+a run ran.
 
 A ``KnownIssue`` is one entry of the table in ``_known.py``: the release range it lives
-in, its signature (a predicate on the failed run), its reference and its workaround. A
+in, its signature, its reference and its workaround. Its signature does not judge a run
+as a whole: it says which **symptoms** of the run the framework's bug explains
+(``Claimed``: the ranks whose end it explains, the check violations it explains), read
+from the evidence whatever other faults fired; the oracle judges the rest as if those
+symptoms were not there. A ``KnownClaim`` is one issue's claim on one run; a
 ``KnownFinding`` is one met by a campaign. The release a run ran comes from the handler
 that took its SIGTERM, from the Lightning installation its hung ranks' stacks run, or
 from the facts the ranks recorded of themselves (``_known_silent.package_in_facts``).
@@ -14,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
-from typing import Any
 
-from chaoslight._report import known_issue_block
+from chaoslight._report import Outcome, known_issue_block
+from chaoslight._runtime import Violation
+from chaoslight._schedule import Schedule
 from chaoslight._verdict._preemption import Delivery
 
 Version = tuple[int, ...]
@@ -34,15 +40,40 @@ def parse_version(text: str) -> Version:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """The symptoms of one run a known issue explains: the ranks whose end (a failure, a
+    hang, a release, a crash) its bug explains, and the check violations it explains.
+    Nothing else of the run is its: the oracle judges the rest."""
+
+    ranks: frozenset[int] = frozenset()
+    violations: tuple[Violation, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.ranks or self.violations)
+
+    def __or__(self, other: Claimed) -> Claimed:
+        extra = tuple(v for v in other.violations if v not in self.violations)
+        return Claimed(self.ranks | other.ranks, self.violations + extra)
+
+
+NOTHING = Claimed()
+
+# A signature: given a run and the SIGTERMs its package's own handler took there (none,
+# for an issue that needs no signal), what of the run the issue explains.
+Signature = Callable[[Outcome, list[Delivery]], Claimed]
+
+
+@dataclass(frozen=True)
 class KnownIssue:
     """One framework bug: where it lives, how to recognise it, what to do about it.
 
     ``versions`` is ``(first, last)``, inclusive, compared on (major, minor, patch);
-    ``matches(outcome, deliveries)`` is the signature, given a run the oracle failed
-    and the SIGTERMs it delivered that the package's own handler took (none, for an
-    issue that needs no signal). A signature reads the evidence the run left (the hung
-    ranks' stacks, the ranks' errors, the faults that fired, where each rank stopped)
-    and matches only the documented shape: anything wider hides the program's bugs.
+    ``claims(outcome, deliveries)`` is the signature (``Signature``). It reads the
+    evidence the run left (the hung ranks' stacks, the ranks' errors, where each rank
+    stopped, what a violation compares) and claims only the symptoms the documented
+    bug produces, whatever else fired: anything wider hides the program's bugs, and a
+    claim that needs nothing else to have fired is what keeps a second fault from
+    turning the framework's bug into the program's.
     """
 
     key: str
@@ -52,7 +83,11 @@ class KnownIssue:
     signature: str  # the signature in words, as the report prints it
     reference: str
     workaround: str
-    matches: Callable[[Any, list[Delivery]], bool]
+    claims: Signature
+
+    def matches(self, outcome: Outcome, taken: list[Delivery]) -> bool:
+        """Whether it claims anything of ``outcome``."""
+        return bool(self.claims(outcome, taken))
 
     def covers(self, package: str, version: str) -> bool:
         first, last = (parse_version(v) for v in self.versions)
@@ -66,14 +101,30 @@ _ALIASES = {"pytorch-lightning": ("pytorch-lightning", "lightning")}
 
 
 @dataclass(frozen=True)
-class KnownFinding:
-    """A known issue met by a campaign: the issue, the package met, and the run."""
+class KnownClaim:
+    """One known issue's claim on one run: the issue, the release the run ran, and the
+    symptoms it explains (``Claimed``)."""
 
     issue: KnownIssue
     package: str
     version: str
-    schedule: Any
-    verdict: Any
+    claimed: Claimed = NOTHING
+
+    def explains(self) -> str:
+        """``lightning-sigterm-broadcast (pytorch-lightning 2.6.6)``."""
+        return f"{self.issue.key} ({self.package} {self.version})"
+
+
+@dataclass(frozen=True)
+class KnownFinding:
+    """A known issue met by a campaign: the issue, the package met, the schedule of the
+    run it was met in and what it explained there (``Verdict.known_findings``)."""
+
+    issue: KnownIssue
+    package: str
+    version: str
+    schedule: Schedule
+    reason: str
 
     def report(self) -> list[str]:
         """The known-issue block (``_report/_known.py``)."""
@@ -81,7 +132,7 @@ class KnownFinding:
         return known_issue_block(
             f"{self.package} {self.version}: {issue.title}",
             self.schedule.to_text(),
-            self.verdict.reason,
+            self.reason,
             (issue.signature, issue.workaround, issue.reference),
         )
 
@@ -99,7 +150,7 @@ _LIGHTNING_FRAME = re.compile(
 )
 
 
-def package_in_stacks(outcome: Any) -> tuple[str, str] | None:
+def package_in_stacks(outcome: Outcome) -> tuple[str, str] | None:
     """The Lightning distribution whose code the hung ranks' stacks run, and its version,
     read from that installation (the ranks' environment, which need not be this one)."""
     for result in outcome.ranks:

@@ -31,27 +31,30 @@ transport error), which the oracle's preemption rule rightly calls a failure. Wh
 it fail is Lightning's collective in a signal handler, which no correct program can
 avoid short of replacing Lightning's handler (the workaround).
 
-Each signature below needs Lightning's handler to have taken a SIGTERM and nothing but
-preemptions (and benign faults) in the run, and reads evidence that only the shifted
-sequence leaves; a failure with the ranks stopped together and no such evidence (a
-program's own collective in ``on_exception`` after a clean, common stop) stays the
-program's (``examples/known_issues/preemption_own_bug.py``).
+Each signature below needs Lightning's handler to have taken a SIGTERM, and reads
+evidence that only the shifted sequence leaves; a failure with the ranks stopped
+together and no such evidence (a program's own collective in ``on_exception`` after a
+clean, common stop) stays the program's (``examples/known_issues/preemption_own_bug.py``).
+What it claims is the ranks whose end is a collective's (``collective_ends``): once the
+sequences are shifted, every wait in a collective, every release from one and every
+abort on a pair of sizes follows from the shift, whatever else fired. A rank that ended
+otherwise (its own error, an injected error it raised or swallowed, a crash) is not
+claimed: the oracle judges it by the faults that fired.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from chaoslight._checks._exits import ExitStatus, run_label
-from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED
+from chaoslight._checks._exits import ExitStatus
+from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, Outcome
 from chaoslight._verdict._hangs import SIZE_MISMATCH
 from chaoslight._verdict._known_frames import (
     blocked_in,
     collective_callers,
+    collective_ends,
     in_lightning,
     raised_in_loops,
 )
-from chaoslight._verdict._known_workers import more_than_a_preemption
+from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery, deliveries, stopping_steps
 
 # Lightning's SIGTERM broadcasts (2.5.2-2.6.x), by the file and function that issue them:
@@ -63,7 +66,7 @@ _SIGTERM_BROADCASTS = (
 )
 
 
-def stuck_in_handler_broadcast(outcome: Any, taken: list[Delivery]) -> bool:
+def stuck_in_handler_broadcast(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank's
     evidence (its stacks, its fatal signal's dump, the torch.distributed error that
     released it) shows it in the broadcast Lightning's handler issues, whatever its peers
@@ -80,7 +83,7 @@ def stuck_in_handler_broadcast(outcome: Any, taken: list[Delivery]) -> bool:
     rank 1 inside a backward, so each handler's broadcast paired with the other rank's
     DDP collective, and both timed out in ``_sigterm_notifier_fn``. A rank that only
     passed through it (the broadcast completed) leaves no such evidence."""
-    if not taken or more_than_a_preemption(outcome):
+    if not taken:
         return False
     handler = (_HANDLER_BROADCAST,)
     return any(
@@ -90,16 +93,16 @@ def stuck_in_handler_broadcast(outcome: Any, taken: list[Delivery]) -> bool:
     )
 
 
-def _stopped_apart(outcome: Any) -> bool:
+def _stopped_apart(outcome: Outcome) -> bool:
     return len(set(stopping_steps(outcome).values())) > 1
 
 
-def broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
+def broadcast_in_handler(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
     was blocked in Lightning's SIGTERM broadcast (the handler's or the per-batch one)
     while a peer was in a different collective or had ended, or the ranks stopped at
     different steps."""
-    if not taken or more_than_a_preemption(outcome):
+    if not taken:
         return False
     where = {r.rank: blocked_in(r) for r in outcome.ranks}
     for rank, caller in where.items():
@@ -110,11 +113,11 @@ def broadcast_in_handler(outcome: Any, taken: list[Delivery]) -> bool:
     return False
 
 
-def stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
+def stopped_alone(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Nothing but preemptions struck; a signalled rank raised Lightning's own
     SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
     stopped at another step), was released by a transport error or hung."""
-    if not taken or more_than_a_preemption(outcome):
+    if not taken:
         return False
     signalled = {d.rank for d in taken}
     alone = {
@@ -130,14 +133,14 @@ def stopped_alone(outcome: Any, taken: list[Delivery]) -> bool:
     return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
 
 
-def mismatch_after_handler(outcome: Any, taken: list[Delivery]) -> bool:
+def mismatch_after_handler(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
     died of gloo's size-mismatch abort: the handler's ``dist.broadcast`` runs wherever the
     signal lands and pairs with whatever collective a peer is in (DDP's buffer broadcast
     at forward start, a ``sync_dist`` reduce), and the first collective that pairs two
     different sizes is that one. No stack shows the handler's frame then: the peer dies
     in its own collective, and the signalled rank is released from its next one."""
-    if not taken or more_than_a_preemption(outcome):
+    if not taken:
         return False
     return any(
         r.status == CRASHED and any(words in (r.output or "") for words in SIZE_MISMATCH)
@@ -145,7 +148,7 @@ def mismatch_after_handler(outcome: Any, taken: list[Delivery]) -> bool:
     )
 
 
-def broadcast_or_alone(outcome: Any, taken: list[Delivery]) -> bool:
+def broadcast_or_alone(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """2.5.2-2.6.x: a rank was stuck in the handler's broadcast
     (``stuck_in_handler_broadcast``), the per-batch broadcast left a peer behind
     (``broadcast_in_handler``), a signalled rank stopped alone (``stopped_alone``: the
@@ -153,35 +156,46 @@ def broadcast_or_alone(outcome: Any, taken: list[Delivery]) -> bool:
     alone is seen by that rank's own check at its batch's end, which raises while its
     peers go on into the next batch's broadcast), or gloo aborted on the sizes of a pair
     the shift made (``mismatch_after_handler``)."""
-    return (
+    shifted = (
         stuck_in_handler_broadcast(outcome, taken)
         or broadcast_in_handler(outcome, taken)
         or stopped_alone(outcome, taken)
         or mismatch_after_handler(outcome, taken)
     )
+    return Claimed(collective_ends(outcome)) if shifted else NOTHING
 
 
-def exit_zero_on_sigterm(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning#19916: the exit-status check failed the job, and in the run it names (the
-    last, or "run N of M" of a restarted job) Lightning's handler took a SIGTERM and every
-    rank that did not return raised Lightning's SIGTERMException from its loops, a
-    SystemExit with no code: exit status 0. A program's own exit 0 is not Lightning's."""
-    runs = (*getattr(outcome, "attempts", ()), outcome)
-    for violation in outcome.violations:
-        if violation.check != ExitStatus.name or not violation.any_end or violation.warning:
-            continue
-        named = [
-            run
-            for number, run in enumerate(runs, 1)
-            if violation.message.startswith(run_label(number, len(runs)))
-        ]
-        run = named[0] if named else outcome
-        if _stopped_by_lightning_with_zero(run):
-            return True
-    return False
+def stopped_alone_claims(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Up to 2.5.1: a signalled rank stopped alone (``stopped_alone``); its peers' ends in
+    a collective are the issue's (the stopped rank itself ended by the notice)."""
+    return Claimed(collective_ends(outcome)) if stopped_alone(outcome, taken) else NOTHING
 
 
-def _stopped_by_lightning_with_zero(run: Any) -> bool:
+def exit_zero_on_sigterm(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning#19916: the exit-status check failed the job, and in the run it names
+    (``Violation.run``: the last, or an earlier run of a restarted job) Lightning's handler
+    took a SIGTERM and every rank that did not return raised Lightning's SIGTERMException
+    from its loops, a SystemExit with no code: exit status 0. It claims those exit-status
+    violations and nothing else: another check's violation in the same job stays the
+    program's. A program's own exit 0 is not Lightning's."""
+    runs = (*outcome.attempts, outcome)
+    claimed = tuple(
+        violation
+        for violation in outcome.violations
+        if violation.check == ExitStatus.name
+        and violation.any_end
+        and not violation.warning
+        and _stopped_by_lightning_with_zero(_named_run(runs, violation.run))
+    )
+    return Claimed(violations=claimed)
+
+
+def _named_run(runs: tuple[Outcome, ...], number: int | None) -> Outcome:
+    """The run a violation names (1 the first); the last when it names none."""
+    return runs[number - 1] if number is not None and 0 < number <= len(runs) else runs[-1]
+
+
+def _stopped_by_lightning_with_zero(run: Outcome) -> bool:
     if not any(d.by_lightning for d in deliveries(run)):
         return False
     stopped = [r for r in run.ranks if r.status != PASSED]

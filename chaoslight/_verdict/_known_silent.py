@@ -5,9 +5,13 @@ fails it (``replicas-in-sync``, ``restart-equivalence``). The same violation is 
 program's own bug leaves, so each signature here needs, besides the violation, the facts
 the ranks recorded of themselves (``_checks/_facts.py``: the release that ran, manual
 optimization, DDP's static graph, the loop progress a resume restored) in exactly the
-shape of the upstream report, and no fault but benign ones in the run. A run without
-those facts (the facts check not enabled) matches nothing: the finding stays the
-program's. The table entries are in ``_known.py``.
+shape of the upstream report, and claims only the violations that bug produces: at the
+step it strikes, of the aspects it changes (``Violation.aspect``: where the resumed fit
+started and which samples it trained, how far it counted; never a learning rate, an
+optimizer's or a callback's state, which are the program's). Whatever else fired or
+failed stays the oracle's to judge. A run without those facts (the facts check not
+enabled) matches nothing: the finding stays the program's. The table entries are in
+``_known.py``.
 """
 
 from __future__ import annotations
@@ -16,17 +20,17 @@ from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
 from chaoslight._checks._restart import faults_leave_training_alone
-from chaoslight._report import PASSED
-from chaoslight._runtime import FIRED
+from chaoslight._report import PASSED, Outcome
+from chaoslight._runtime import Event, Violation
 from chaoslight._runtime._evidence import OBSERVATION
-from chaoslight._schedule import InvalidSchedule, fault_from_text
-from chaoslight._verdict._severity import BENIGN, fault_class
+from chaoslight._verdict._known_issue import NOTHING, Claimed
+from chaoslight._verdict._preemption import Delivery
 
 REPLICAS = "replicas-in-sync"
 RESTART = "restart-equivalence"
 
 
-def package_in_facts(outcome: Any) -> tuple[str, str] | None:
+def package_in_facts(outcome: Outcome) -> tuple[str, str] | None:
     """The Lightning distribution and version every rank recorded it ran, or None (no
     facts, or ranks that disagree)."""
     found = {(f.get("package", ""), f.get("version", "")) for f in _facts(outcome).values()}
@@ -36,71 +40,93 @@ def package_in_facts(outcome: Any) -> tuple[str, str] | None:
     return (package, version) if package and version else None
 
 
-def static_graph_first_step(outcome: Any, taken: Any) -> bool:
+def static_graph_first_step(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """Lightning#18086 (PR #21251): every rank ran manual optimization under DDP's static
-    graph, every rank passed under benign faults at most, and the only failing check is
-    ``replicas-in-sync``, first broken at the first step it observed in this run (DDP
+    graph, and ``replicas-in-sync`` broke at the first step it observed in this run (DDP
     holds back the first iteration's all-reduce and Lightning's manual path never lets it
-    go: the replicas part there). Replicas that part later are the program's."""
-    facts = _facts_on_every_rank(outcome)
-    if facts is None or not _quiet(outcome):
-        return False
+    go: the replicas part there). Those violations are the issue's; replicas that part
+    later, and every other check's violation, are the program's."""
+    facts = _facts(outcome)
+    ranks = {r.rank for r in outcome.ranks}
+    if not ranks or set(facts) != ranks:
+        return NOTHING
     if not all(not f["automatic_optimization"] and f["static_graph"] for f in facts.values()):
-        return False
-    failing = _failing(outcome)
-    if not failing or any(v.check != REPLICAS for v in failing):
-        return False
+        return NOTHING
     first = min(
         (e.step for e in outcome.events if _observed(e, REPLICAS) and e.step is not None),
         default=None,
     )
-    return first is not None and min(v.step for v in failing if v.step is not None) == first
+    if first is None:
+        return NOTHING
+    return Claimed(
+        violations=tuple(v for v in _failing(outcome) if v.check == REPLICAS and v.step == first)
+    )
 
 
-def repeated_batch_after_resume(outcome: Any, taken: Any) -> bool:
+# How far a resumed fit counted (restart-equivalence's aspects): a resume that lands a
+# batch off ends a step past, or counts its epochs off, whatever else the program does.
+_COUNTS = ("end", "loop-state")
+
+
+def repeated_batch_after_resume(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """Lightning PR #20379: every rank of this run resumed from a checkpoint written
     inside ``on_train_batch_end`` (its batch progress has one batch processed and not
     completed, as ``ModelCheckpoint(every_n_train_steps=...)`` and a mid-epoch
-    ``last.ckpt`` leave), every rank passed under benign faults at most, and the only
-    failing check is ``restart-equivalence``: Lightning up to 2.4 trains that batch
-    again and the resumed job ends one optimizer step past the uninterrupted one."""
+    ``last.ckpt`` leave) and passed: Lightning up to 2.4 trains that batch again and the
+    resumed job ends one optimizer step past the uninterrupted one. It claims the
+    ``restart-equivalence`` violations of where the fit resumed, what it trained and how
+    far it counted; a learning rate, an optimizer's or a callback's state stay the
+    program's."""
     facts = _facts_on_every_rank(outcome)
-    if facts is None or not _quiet(outcome):
-        return False
+    if facts is None:
+        return NOTHING
     if not all(f["resumed"] and f["processed"] == f["completed"] + 1 for f in facts.values()):
-        return False
-    failing = _failing(outcome)
-    return bool(failing) and all(v.check == RESTART for v in failing)
+        return NOTHING
+    return Claimed(violations=_resume_position(outcome))
 
 
-def epoch_end_resume_by_steps(outcome: Any, taken: Any) -> bool:
+def epoch_end_resume_by_steps(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """Lightning's ``FitLoop.on_run_start`` (since PR #12821, 1.7.0) counts the restored
     epoch as completed only when ``max_steps`` is not set: every rank of this run trained
     by ``max_steps`` and resumed from a checkpoint written at an epoch end (its epoch
-    progress, at the fit's start, has one epoch processed and not completed), the job
-    restarted after faults that ended a run or cannot change training, every rank passed
-    under benign faults at most, and the only failing check is ``restart-equivalence``:
-    the resumed fit trains the next epoch's first batch as one more batch of the old
-    epoch. A resume by epochs, or from a mid-epoch checkpoint, is the program's."""
+    progress, at the fit's start, has one epoch processed and not completed), after faults
+    that ended a run or cannot change training, and passed: the resumed fit trains the next
+    epoch's first batch as one more batch of the old epoch. It claims the
+    ``restart-equivalence`` violations of where the fit resumed, what it trained and how
+    far it counted (the batches shift by one); a learning rate (a warm-up counter of the
+    program's own, say), an optimizer's or a callback's state stay the program's, and so
+    does a resume by epochs, or from a mid-epoch checkpoint."""
     facts = _facts_on_every_rank(outcome)
-    if facts is None or not _quiet(outcome) or not faults_leave_training_alone(outcome):
-        return False
+    if facts is None or not faults_leave_training_alone(outcome):
+        return NOTHING
     if not all(
         f["resumed"]
         and f.get("max_steps", -1) != -1
         and f.get("epoch_processed", 0) == f.get("epoch_completed", 0) + 1
         for f in facts.values()
     ):
-        return False
-    failing = _failing(outcome)
-    return bool(failing) and all(v.check == RESTART for v in failing)
+        return NOTHING
+    return Claimed(violations=_resume_position(outcome))
 
 
-def _facts(outcome: Any) -> dict[int, dict[str, Any]]:
+def _resume_position(outcome: Outcome) -> tuple[Violation, ...]:
+    """What a resume Lightning lands a batch off explains: where restart-equivalence saw
+    the resumed fit start elsewhere than the uninterrupted run (``position``), everything
+    it reports (from that step on the whole fit is shifted: the samples, an epoch-interval
+    scheduler's learning rate, the counts); without that evidence only the counts (a
+    learning rate or the samples apart, with the resume in place, are the program's: a
+    warm-up counter lost, a sampler's epoch forgotten)."""
+    failing = [v for v in _failing(outcome) if v.check == RESTART]
+    if any(v.aspect == "position" for v in failing):
+        return tuple(failing)
+    return tuple(v for v in failing if v.aspect in _COUNTS)
+
+
+def _facts(outcome: Outcome) -> dict[int, dict[str, Any]]:
     return facts_by_rank(getattr(outcome, "events", ()))
 
 
-def _facts_on_every_rank(outcome: Any) -> dict[int, dict[str, Any]] | None:
+def _facts_on_every_rank(outcome: Outcome) -> dict[int, dict[str, Any]] | None:
     """Every rank's facts, where every rank recorded them and passed."""
     facts = _facts(outcome)
     ranks = getattr(outcome, "ranks", ())
@@ -109,24 +135,9 @@ def _facts_on_every_rank(outcome: Any) -> dict[int, dict[str, Any]] | None:
     return facts if all(r.status == PASSED for r in ranks) else None
 
 
-def _quiet(outcome: Any) -> bool:
-    """No fault but benign ones fired in this run (a harder one may be the cause)."""
-    budget = getattr(outcome.schedule, "memory_budget", None)
-    for event in outcome.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            return False  # a fault this version cannot read: do not call the run Lightning's
-        if fault_class(fault, budget) != BENIGN:
-            return False
-    return True
-
-
-def _failing(outcome: Any) -> list[Any]:
+def _failing(outcome: Outcome) -> list[Violation]:
     return [v for v in outcome.violations if not v.warning]
 
 
-def _observed(event: Any, check: str) -> bool:
+def _observed(event: Event, check: str) -> bool:
     return bool(event.kind == OBSERVATION and event.site == check)

@@ -16,13 +16,12 @@ took it, the program's emergency stop is lost: its own bug, with the usual cause
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from chaoslight._report import FAILED
-from chaoslight._runtime import FIRED
-from chaoslight._schedule import InvalidSchedule, fault_from_text
+from chaoslight._report import FAILED, Outcome, RankResult
+from chaoslight._runtime import read_fault
+from chaoslight._verdict._known_frames import collective_ends
+from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery
-from chaoslight._verdict._severity import BENIGN, fault_class
 
 # torch's words for a worker that a signal ended (the SIGCHLD handler's), or that the
 # main process found gone (its ``_try_get_data``).
@@ -38,30 +37,13 @@ WORKERS_CAUSE = (
 )
 
 
-def more_than_a_preemption(outcome: Any) -> bool:
-    """A fault other than a preemption that is not benign fired: the failure may be its."""
-    for event in outcome.events:
-        if event.kind != FIRED:
-            continue
-        try:
-            fault = fault_from_text(event.fault)
-        except InvalidSchedule:
-            return True  # a fault this version cannot read: do not call the run Lightning's
-        budget = getattr(outcome.schedule, "memory_budget", None)
-        if not fault.acts_later and fault_class(fault, budget) != BENIGN:
-            return True
-    return False
-
-
 def to_group(delivery: Delivery) -> bool:
     """Whether the notice went to the rank's process group (its workers with it)."""
-    try:
-        return fault_from_text(delivery.fault).params().get("group") is True
-    except InvalidSchedule:
-        return False
+    notice = read_fault(delivery.fault)
+    return notice is not None and notice.reaches_group()
 
 
-def workers_died(result: Any) -> bool:
+def workers_died(result: RankResult) -> bool:
     """The rank failed with torch's error for DataLoader workers a signal ended (in its
     exception or one it was raised while handling)."""
     exc = result.exception
@@ -70,17 +52,17 @@ def workers_died(result: Any) -> bool:
     return WORKER_DEATH.search(f"{exc.traceback}\n{exc}") is not None
 
 
-def workers_killed_before_stop(outcome: Any, taken: list[Delivery]) -> bool:
-    """Lightning's handler took a SIGTERM sent to the rank's process group, nothing but
-    preemptions struck, and a rank it reached failed with torch's error for its DataLoader
-    workers, which the same SIGTERM killed."""
-    if not taken or more_than_a_preemption(outcome):
-        return False
+def workers_killed_before_stop(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning's handler took a SIGTERM sent to the rank's process group, and a rank it
+    reached failed with torch's error for its DataLoader workers, which the same SIGTERM
+    killed: those ranks' ends are the issue's, and so are their peers' ends in a
+    collective (released, or left waiting, by the rank that left)."""
     reached = {d.rank for d in taken if to_group(d)}
-    return any(r.rank in reached and workers_died(r) for r in outcome.ranks)
+    died = frozenset(r.rank for r in outcome.ranks if r.rank in reached and workers_died(r))
+    return Claimed(died | collective_ends(outcome)) if died else NOTHING
 
 
-def workers_cause(outcome: Any, delivered: list[Delivery]) -> str:
+def workers_cause(outcome: Outcome, delivered: list[Delivery]) -> str:
     """``Usual cause: ...`` for a preemption finding in which a rank the group notice
     reached failed because its DataLoader workers died of it; else ""."""
     reached = {d.rank for d in delivered if to_group(d)}

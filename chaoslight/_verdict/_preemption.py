@@ -13,9 +13,7 @@ crash does: that run is judged by the crash rule (every rank ends in time).
 
 from __future__ import annotations
 
-from typing import Any
-
-from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, cause_first
+from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, Outcome, RankResult, cause_first
 from chaoslight._runtime import NOTE
 from chaoslight._runtime._preempt import DEFAULT, STOPPED, Delivery, sigterm_deliveries
 
@@ -23,12 +21,12 @@ NCCL_NOTE = "on NCCL a rank whose peer left waits instead: the same run hangs on
 STOP_EXCEPTIONS = ("SIGTERMException", "SystemExit")  # stopping by itself, as an error
 
 
-def deliveries(outcome: Any) -> list[Delivery]:
+def deliveries(outcome: Outcome) -> list[Delivery]:
     """The SIGTERMs delivered in the run, in time order (``sigterm_deliveries``)."""
     return sigterm_deliveries(outcome.events)
 
 
-def stopping_steps(outcome: Any) -> dict[int, int | None]:
+def stopping_steps(outcome: Outcome) -> dict[int, int | None]:
     """Per rank, the last training step it ran (from the engine's closing note)."""
     steps: dict[int, int | None] = {}
     for event in outcome.events:
@@ -42,7 +40,7 @@ def by_default_action(delivered: list[Delivery]) -> bool:
     return any(d.handler == DEFAULT for d in delivered)
 
 
-def preemption_finding(outcome: Any, delivered: list[Delivery]) -> str | None:
+def preemption_finding(outcome: Outcome, delivered: list[Delivery]) -> str | None:
     """Why the run breaks the preemption rule, or None when every rank stopped well."""
     when = _when(delivered)
     if outcome.status == HUNG:
@@ -57,14 +55,15 @@ def preemption_finding(outcome: Any, delivered: list[Delivery]) -> str | None:
             return f"{when}, rank {result.rank} did not stop cleanly: {result.evidence}"
         if result.status not in (PASSED, FAILED):
             return f"{when}: {cause_first(outcome)}"
-    steps = stopping_steps(outcome)
+    present = {r.rank for r in outcome.ranks}  # a known issue's claimed ranks are not
+    steps = {rank: step for rank, step in stopping_steps(outcome).items() if rank in present}
     if len(set(steps.values())) > 1:
         where = ", ".join(f"rank {rank} after step {step}" for rank, step in sorted(steps.items()))
         return f"{when}, the ranks stopped at different steps: {where}"
     return None
 
 
-def _stopped_by_itself(result: Any) -> bool:
+def _stopped_by_itself(result: RankResult) -> bool:
     exc = result.exception
     return exc is not None and exc.type in STOP_EXCEPTIONS
 

@@ -11,14 +11,12 @@ hang (docs/explanation/oracle.md).
 
 from __future__ import annotations
 
-from typing import Any
-
-from chaoslight._report import PASSED
+from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime import NOTE
 from chaoslight._schedule import Fault, clip
 
 
-def silent_notes(outcome: Any, fired: list[tuple[int, Fault]]) -> tuple[str, ...]:
+def silent_notes(outcome: Outcome, fired: list[tuple[int, Fault]]) -> tuple[str, ...]:
     """One line per silent fault that fired: what it changed, and what saw it (the first
     check violated, or a rank that failed), or that nothing did."""
     changed = {
