@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, event, given, reject, settings, target
@@ -51,59 +51,14 @@ from chaoslight._search._statuses import (
     INTERNAL_ERROR,
     CampaignPhase,
     CampaignStatus,
+    Progress,
+    Result,
 )
 from chaoslight._verdict._known import KnownFinding
 from chaoslight._verdict._oracle import Verdict
 
 MAX_SHRINK_RUNS = 300  # runs after the first failure: shrinking's own bound
 MAX_RACE_PROBES = 12  # stragglers tried to pin a race the empty schedule shows sometimes
-
-
-@dataclass
-class Progress:
-    """Live counters of a campaign, for the display."""
-
-    phase: CampaignPhase = CampaignPhase.GENERATING
-    examples: int = 0
-    failures: int = 0  # failures found (1 once one is; shrinking's reruns do not count)
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def per_minute(self) -> float:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        return self.examples * 60.0 / elapsed
-
-
-@dataclass
-class Result:
-    """How a campaign ended: clean, a minimal failing schedule, or a flaky one."""
-
-    status: CampaignStatus
-    schedule: Schedule | None = None
-    verdict: Verdict | None = None
-    outcome: Any = None
-    replays: list[Verdict] = field(default_factory=list)
-    examples: int = 0
-    wall_s: float = 0.0
-    tried: list[Schedule] = field(default_factory=list, repr=False)
-    coverage: Any = None  # what the search explored (``_coverage.Coverage``), when known
-    known: list[KnownFinding] = field(default_factory=list)  # framework bugs met, once each
-
-    # (failed, runs) of the empty schedule, for a target that fails without faults: the
-    # two baseline runs and the empty schedule's replays.
-    no_fault_rate: tuple[int, int] | None = None
-
-    def rate_line(self) -> str:
-        """'failed in 3 of 4 runs with no fault', or '' when the baseline passed."""
-        if self.no_fault_rate is None:
-            return ""
-        failed, runs = self.no_fault_rate
-        return f"failed in {failed} of {runs} runs with no fault"
-
-    @property
-    def minimal(self) -> bool:
-        """Shrunk and 1-minimal (every fault needed): only a reproduced failure is."""
-        return self.status == FOUND
 
 
 class _Found(Exception):
