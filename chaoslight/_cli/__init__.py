@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -113,12 +114,26 @@ def _hypothesis_storage() -> Iterator[None]:
         yield
         return
     previous = storage_directory(intent_to_write=False).home_directory
-    with tempfile.TemporaryDirectory(prefix="chaoslight-hypothesis-") as folder:
-        set_hypothesis_home_dir(folder)
+    folder = tempfile.mkdtemp(prefix="chaoslight-hypothesis-")
+    set_hypothesis_home_dir(folder)
+    try:
+        yield
+    finally:
+        set_hypothesis_home_dir(previous)
+        _remove(folder)
+
+
+def _remove(folder: str) -> None:
+    """Remove ``folder`` even if Ctrl-C comes meanwhile (it is raised once it is gone)."""
+    interrupted: KeyboardInterrupt | None = None
+    while True:
         try:
-            yield
-        finally:
-            set_hypothesis_home_dir(previous)
+            shutil.rmtree(folder, ignore_errors=True)
+            break
+        except KeyboardInterrupt as exc:
+            interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def entry() -> None:
