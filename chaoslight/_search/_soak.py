@@ -267,7 +267,9 @@ class _Soak:
             return self._programs(verdict) and verdict.signature() == first.signature()
 
         fired = Schedule(
-            [f for f in schedule if str(f) not in first.never_fired], restarts=restarts
+            [f for f in schedule if str(f) not in first.never_fired],
+            memory_budget=schedule.memory_budget,  # the faults may need their budget
+            restarts=restarts,
         )
         current = (
             fired if fired.faults and len(fired) < len(schedule) and fails(fired) else schedule
