@@ -279,7 +279,7 @@ def step_preempt(smoke: Smoke) -> str:
     if not verdict.failed:
         return "ok: stopped together"
     _expect(verdict.known is not None, f"not a known issue: {verdict.reason[:160]}")
-    return f"ok: known issue {verdict.known[0].key}"
+    return f"ok: known issue {verdict.known.issue.key}"
 
 
 AGREED = THIS.parent.parent / "examples" / "catalogue" / "preemption.py"

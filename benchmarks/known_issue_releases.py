@@ -81,7 +81,7 @@ _PROBE = textwrap.dedent(
     with World(size=2) as world:
         outcome = world.run(target, plan, checks=checks, timeout=180)
     verdict = judge(outcome)
-    known = verdict.known[0].key if verdict.known else None
+    known = verdict.known.issue.key if verdict.known else None
     print(json.dumps({"lightning": lightning.__version__, "failed": verdict.failed,
                       "known": known, "reason": verdict.reason[:300]}))
     """

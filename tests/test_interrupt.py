@@ -10,6 +10,7 @@ the soak), then a random fraction of a second or a few seconds into it.
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import re
@@ -211,3 +212,32 @@ def test_ctrl_c_ends_run_and_its_job(cwd: Path, tmp_path: Path) -> None:
     argv = ["run", "--schedule", str(schedule), "--", *sleeper]
     result = ctrl_c(argv, cwd, tmp_path, r"^up$", random.uniform(0.0, 1.0))
     assert_ended_cleanly(result, cwd, tmp_path)
+
+
+# Python's message for the dropped interrupt is what this test makes happen.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_dropped_is_raised_again() -> None:
+    """A KeyboardInterrupt raised inside a garbage collector's callback (where Python drops
+    it with "Exception ignored", as it did in Hypothesis's during a search) is raised again
+    in the main thread within a fraction of a second while a command runs; the hook that
+    does it is gone after."""
+    from chaoslight._cli import _interrupts_never_swallowed
+
+    before = sys.unraisablehook
+    raised: list[bool] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if not raised:
+            raised.append(True)
+            raise KeyboardInterrupt
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), _interrupts_never_swallowed():
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()
+            time.sleep(5)
+        finally:
+            gc.callbacks.remove(callback)
+    assert raised and time.monotonic() - started < 2.0
+    assert sys.unraisablehook is before

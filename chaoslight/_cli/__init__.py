@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +45,8 @@ from chaoslight._world._slot import WorkersDidNotStart
 
 __all__ = ["UsageError", "build_parser", "entry", "main"]
 
+_REDELIVERY_S = 0.05  # how long after Python dropped a KeyboardInterrupt it is raised again
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="chaoslight", description="Deterministic chaos for Lightning training.")
@@ -62,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         command = f"chaoslight {args.command}"
         check_arguments(args)
-        with _hypothesis_storage():
+        with _interrupts_never_swallowed(), _hypothesis_storage():
             return _dispatch(args)
     except UsageError as exc:
         print(f"chaoslight: error: {exc}", file=sys.stderr)
@@ -101,6 +106,36 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "soak":
         return _soak.soak_command(args)
     return _run.run_command(args)
+
+
+@contextmanager
+def _interrupts_never_swallowed() -> Iterator[None]:
+    """A Ctrl-C that Python had to drop is delivered again. Python raises KeyboardInterrupt
+    wherever the main thread is when SIGINT lands; where that is a garbage collector's
+    callback (Hypothesis installs one), a ``__del__`` or a weakref's callback, the exception
+    is printed as "Exception ignored" and the command runs on as if no one had asked it to
+    stop. Such exceptions go through ``sys.unraisablehook``: this one has SIGINT sent to
+    the main thread again, from another thread once the hook has returned (sent from the
+    hook itself, it would be raised inside the hook and dropped again), so the interrupt is
+    raised at the main thread's next instruction or ends the wait it is blocked in."""
+    previous = sys.unraisablehook
+    main_thread = threading.main_thread().ident
+
+    def redeliver(unraisable: sys.UnraisableHookArgs) -> None:
+        previous(unraisable)
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and main_thread is not None:
+            threading.Thread(target=_interrupt_later, args=(main_thread,), daemon=True).start()
+
+    sys.unraisablehook = redeliver
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+def _interrupt_later(thread: int) -> None:
+    time.sleep(_REDELIVERY_S)  # the hook that started this has returned by then
+    signal.pthread_kill(thread, signal.SIGINT)
 
 
 @contextmanager

@@ -16,9 +16,21 @@ from chaoslight._verdict._hangs import SIZE_MISMATCH
 _TREES = ("lightning/pytorch/", "pytorch_lightning/")  # the two installed trainer trees
 _LOOPS = tuple(f"{tree}loops/" for tree in _TREES)
 _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
+# chaoslight's own modules wherever the run that left the evidence had it installed (a
+# recorded run read on another machine, a wheel beside a checkout): its private layers and
+# private top-level modules, never a program's file in a folder that happens to share the name.
+_SEP = re.escape(os.sep)
+_OUR_MODULE = re.compile(rf"{_SEP}chaoslight{_SEP}(_[a-z_]+{_SEP}|_[a-z_]+\.py$|__init__\.py$)")
 _DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
-# Frames between a collective's caller and the wait: torch.distributed, chaoslight's sites.
-_PLUMBING = (_DISTRIBUTED, f"{os.sep}wrapt{os.sep}", _PACKAGE)
+# Frames between a collective's caller and the wait: torch.distributed, wrapt, chaoslight's sites.
+_PLUMBING = (_DISTRIBUTED, f"{os.sep}wrapt{os.sep}")
+
+
+def in_chaoslight(filename: str) -> bool:
+    """Whether a frame's file is chaoslight's own code (its sites, its engine)."""
+    return filename.startswith(_PACKAGE) or _OUR_MODULE.search(filename) is not None
+
+
 _STACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+ in (\S+)', re.M)  # faulthandler
 _TRACEBACK_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
@@ -55,7 +67,10 @@ def collective_caller(frames: list[FrameName]) -> FrameName | None:
     """The frame that issued the collective these frames wait in (None: not in one)."""
     if not frames or _DISTRIBUTED not in frames[0][0]:
         return None
-    return next((f for f in frames if not any(p in f[0] for p in _PLUMBING)), None)
+    return next(
+        (f for f in frames if not in_chaoslight(f[0]) and not any(p in f[0] for p in _PLUMBING)),
+        None,
+    )
 
 
 def blocked_in(result: RankResult) -> FrameName | None:

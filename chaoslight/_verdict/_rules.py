@@ -37,6 +37,7 @@ from chaoslight._report._ridden import as_judged
 from chaoslight._runtime import FIRED, NEVER_FIRED, Fired, budget_of, parse_fired
 from chaoslight._schedule import Fault, Severity, clip
 from chaoslight._verdict._hangs import hang_reason, mismatch_cause
+from chaoslight._verdict._known_frames import in_chaoslight
 from chaoslight._verdict._known_workers import workers_cause
 from chaoslight._verdict._preemption import (
     Delivery,
@@ -107,7 +108,7 @@ def internal_error(outcome: Outcome) -> str | None:
         if not frames:
             continue
         filename, function = frames[-1]
-        if str(Path(filename).resolve()).startswith(_PACKAGE + "/"):
+        if in_chaoslight(filename) or str(Path(filename).resolve()).startswith(_PACKAGE + "/"):
             return f"rank {result.rank}: {exc} (raised in chaoslight: {function})"
     return None
 
