@@ -158,6 +158,19 @@ def test_a_benign_fault_beside_others_changes_nothing(
         assert decision(before) == decision(after)
 
 
+def test_a_small_allocation_excuses_no_error_beside_a_freeze() -> None:
+    """Found by the test above: rank 0 frozen (then killed), rank 1 failed with an OOM that
+    no fault of its own raised. A 1 KiB allocation fired on rank 1 under no budget (benign:
+    it can fail nothing) left the peer's OOM the program's finding, as it was without it."""
+    freeze = f"freeze@{SITE} rank=0 step=2 seconds=0.5"
+    ranks = [ENDS["crashed"](0), ENDS["oom"](1)]
+    alone = build(ranks, [fired(0, freeze)], [freeze])
+    small = BENIGN[2].format(rank=1)
+    beside = build(ranks, [fired(0, freeze), fired(1, small, time=0.5)], [freeze, small])
+    assert judge(alone).failed and judge(beside).failed
+    assert decision(judge(alone)) == decision(judge(beside))
+
+
 def _shifted(extra_ranks: list[RankResult]) -> Outcome:
     """Lightning 2.6.6's handler took a SIGTERM on every rank; rank 0 waits in the handler's
     broadcast, rank 1 in its DDP backward."""

@@ -107,8 +107,9 @@ def test_timeout_evidence_names_each_ranks_last_event(tmp_path: Path, schedule: 
     )
     events = tmp_path / "events"
     env = {**os.environ, "RANK": "1"}
-    # Long enough to import torch and save under load; the rest of it is the sleep.
-    argv = ["run", "--schedule", str(schedule), "--timeout", "10", "--events-dir", str(events)]
+    # Long enough to import torch and save on a loaded machine (10 s was not, with two other
+    # multi-rank jobs and an install running); the rest of it is the sleep.
+    argv = ["run", "--schedule", str(schedule), "--timeout", "20", "--events-dir", str(events)]
     result = run_cli(
         *argv, "--", "bash", "-c", f"{sys.executable} {script}; true", cwd=tmp_path, env=env
     )

@@ -21,9 +21,11 @@ hang because of it.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from chaoslight._report import FAILED, HUNG, Outcome, RankResult
-from chaoslight._schedule import Fault
+from chaoslight._runtime import budget_of
+from chaoslight._schedule import Fault, Severity
 from chaoslight._world._wavefront import waits_boundedly
 
 NO_DEADLINE_CAUSE = (
@@ -105,7 +107,8 @@ def stall_finding(outcome: Outcome, fired: list[tuple[int, Fault]]) -> str | Non
             for result in stuck
         )
         return f"{causes}; {waits}. Usual cause: {NO_DEADLINE_CAUSE}"
-    unwaited = [r for r in outcome.ranks if r.rank not in frozen and _own_error(r, fired)]
+    budget = budget_of(outcome.schedule)
+    unwaited = [r for r in outcome.ranks if r.rank not in frozen and _own_error(r, fired, budget)]
     if unwaited:
         first = unwaited[0]
         return (
@@ -115,14 +118,19 @@ def stall_finding(outcome: Outcome, fired: list[tuple[int, Fault]]) -> str | Non
     return None
 
 
-def _own_error(result: RankResult, fired: list[tuple[int, Fault]]) -> bool:
+def _own_error(result: RankResult, fired: list[tuple[int, Fault]], budget: Any) -> bool:
     """The rank failed with an error of its own: not a transport or timeout error (what a
-    wait for the frozen rank ends with), nor one of its own injected faults."""
+    wait for the frozen rank ends with), nor one of its own injected faults. A benign fault
+    (a small allocation under no budget) explains no error, whatever its words match."""
     exc = result.exception
     if result.status != FAILED or exc is None or exc.distributed:
         return False
     text = f"{exc.traceback}\n{exc}"
     if _TIMED_OUT.search(f"{exc.type} {exc.message}"):
         return False
-    own = [fault for rank, fault in fired if rank == result.rank and not fault.stalls]
+    own = [
+        fault
+        for rank, fault in fired
+        if rank == result.rank and not fault.stalls and fault.fault_class(budget) != Severity.BENIGN
+    ]
     return not any(fault.surfaced_in(text) or fault.raises_nothing for fault in own)

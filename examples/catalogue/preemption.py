@@ -13,7 +13,9 @@ another rank is in, and the job hangs. ``chaoslight fuzz`` reports this once, un
 "known issues in pytorch-lightning", with the workaround, and goes on searching.
 
 ``train_fixed`` is the workaround: once Lightning has installed its handler, the module
-replaces it with one that only sets a flag; at every batch start every rank joins one
+replaces it with one that only sets a flag (and takes over a SIGTERM Lightning's handler
+took before: on 2.5.2-2.6.x that handler has already broadcast, so a SIGTERM in that short
+window before ``on_train_start`` can still be Lightning's issue); at every batch start every rank joins one
 MAX-reduce of the flag and, if any rank was signalled, every rank saves a checkpoint
 and stops at the same step (``on_train_batch_start`` returns -1); then the process exits
 with status 143 (128 + SIGTERM), so the scheduler sees a job that did not finish and
@@ -57,7 +59,12 @@ class AgreedStop(LinearRegression):
 
     def on_train_start(self) -> None:
         # Lightning installed its handler before this hook; replace it for this fit
-        # (Lightning restores the original handlers when the fit ends).
+        # (Lightning restores the original handlers when the fit ends). A SIGTERM that came
+        # before this hook went to Lightning's handler: take it over, or Lightning's loops
+        # raise SIGTERMException on this rank alone (and the job exits 0).
+        connector = self.trainer._signal_connector
+        self.signalled = connector.received_sigterm
+        connector.received_sigterm = False
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
