@@ -14,13 +14,13 @@ another rank is in, and the job hangs. ``chaoslight fuzz`` reports this once, un
 
 ``train_fixed`` is the workaround: once Lightning has installed its handler, the module
 replaces it with one that only sets a flag (and takes over a SIGTERM Lightning's handler
-took before: on 2.5.2-2.6.x that handler has already broadcast, so a SIGTERM in that short
-window before ``on_train_start`` can still be Lightning's issue); at every batch start every rank joins one
-MAX-reduce of the flag and, if any rank was signalled, every rank saves a checkpoint
-and stops at the same step (``on_train_batch_start`` returns -1); then the process exits
-with status 143 (128 + SIGTERM), so the scheduler sees a job that did not finish and
-requeues it (a job that returns 0 after a preemption reports success having stopped
-early). It passes with ``--strict``.
+took before: on 2.5.2-2.6.x that handler has already broadcast, so a SIGTERM in that
+short window before ``on_train_start`` can still be Lightning's issue); at every batch
+start every rank joins one MAX-reduce of the flag and, if any rank was signalled, every
+rank saves a checkpoint and stops at the same step (``on_train_batch_start`` returns
+-1); then the process exits with status 143 (128 + SIGTERM), so the scheduler sees a job
+that did not finish and requeues it (a job that returns 0 after a preemption reports
+success having stopped early). It passes with ``--strict``.
 
     chaoslight fuzz examples/catalogue/preemption.py:train_buggy           # known issue, exit 0
     chaoslight fuzz examples/catalogue/preemption.py:train_buggy --strict  # a failure, exit 1
