@@ -5,6 +5,7 @@ environment, the working directory, a thread, a child process)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +46,15 @@ LAUNCHER_VARIABLES = (
 )
 LIGHTNING_SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")  # seed_everything's
 RANK_VARIABLES = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite run as a script's background job starts with SIGINT ignored (a shell
+    without job control does that to ``cmd &``), and every process it starts inherits
+    SIG_IGN: the Ctrl-C tests' commands would ignore the SIGINT they are sent. Tests run
+    as a terminal's command does, with Python's own Ctrl-C handler."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

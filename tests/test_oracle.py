@@ -397,3 +397,16 @@ def test_a_peer_released_by_an_error_before_its_preemption_acted_swallowed_nothi
     assert not verdict.failed, verdict.reason
     own = [raised(0, "ValueError", INJECTED), raised(1, "RuntimeError", "bad shape", when=2.0)]
     assert judge(outcome(own, events)).failed  # its own error after the notice: swallowed
+
+
+def test_a_sigterm_that_outlived_its_handler_is_judged_as_the_default_action() -> None:
+    """The program's handler was installed when the SIGTERM was sent, but the rank died of
+    SIGTERM itself: ``fit`` had ended and put back the default action before it arrived
+    (on pytorch-lightning 2.5.1, a group preemption 0.3 s after ``on_train_start`` of a
+    short fit). The rank stopped as the scheduler asks; its peer exited 143 on its own
+    notice: a correct program, judged by the crash rule, not a preemption it mishandled."""
+    dead = RankResult(0, "crashed", signal=15, evidence="rank 0 died of SIGTERM", ended_s=1.0)
+    events = [*delivered(0), *delivered(1)]
+    verdict = judge(outcome([dead, exited(1, 143)], events))
+    assert not verdict.failed, verdict.reason
+    assert verdict.rule == FAILED_CLEANLY  # the crash rule: every rank ended, in time

@@ -7,6 +7,7 @@ import argparse
 import functools
 import itertools
 import math
+import signal
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -200,6 +201,27 @@ def test_the_watchdog_interrupts_a_run_past_its_bound() -> None:
         time.sleep(0.1)
     finally:
         deadline.close()
+
+
+def test_the_watchdog_works_in_a_process_that_ignores_ctrl_c() -> None:
+    """Started with SIGINT ignored (a script's background job), the soak's watchdog still
+    interrupts a run past its bound, while any other SIGINT stays ignored; SIG_IGN is back
+    after."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        deadline = JobDeadline()
+        try:
+            signal.raise_signal(signal.SIGINT)  # someone else's: still ignored
+            time.sleep(0.05)
+            deadline.arm(0.2, "job 5")
+            with pytest.raises(KeyboardInterrupt):
+                time.sleep(10)
+            assert deadline.expired == "job 5 ran past 0.2 s"
+        finally:
+            deadline.close()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.slow

@@ -76,7 +76,9 @@ class SoakProgress:
 class JobDeadline:
     """The watchdog: a thread that, when one run goes past its bound, sends SIGINT to the
     thread that armed it (the soak then ends as on Ctrl-C, saying why). Only the main
-    thread can be interrupted so; armed elsewhere it watches nothing."""
+    thread can be interrupted so; armed elsewhere it watches nothing. A process that
+    ignores SIGINT (a script's background job does) ignores every SIGINT but the
+    watchdog's while it runs: its handler raises only once a run went past its bound."""
 
     def __init__(self) -> None:
         self.expired = ""
@@ -85,9 +87,16 @@ class JobDeadline:
         self._owner = threading.get_ident()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._ignored: Any = None  # SIG_IGN, put back on close, when SIGINT was ignored
         if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+                self._ignored = signal.signal(signal.SIGINT, self._interrupt_if_expired)
             self._thread = threading.Thread(target=self._watch, name="soak-watchdog", daemon=True)
             self._thread.start()
+
+    def _interrupt_if_expired(self, signum: int, frame: Any) -> None:
+        if self.expired:
+            raise KeyboardInterrupt
 
     def arm(self, seconds: float, what: str) -> None:
         with self._lock:
@@ -105,6 +114,9 @@ class JobDeadline:
             self._lock.notify()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._ignored is not None:
+            signal.signal(signal.SIGINT, self._ignored)
+            self._ignored = None
 
     def _watch(self) -> None:
         with self._lock:

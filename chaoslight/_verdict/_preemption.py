@@ -13,7 +13,18 @@ crash does: that run is judged by the crash rule (every rank ends in time).
 
 from __future__ import annotations
 
-from chaoslight._report import FAILED, HUNG, PASSED, RELEASED, Outcome, RankResult, cause_first
+import signal
+
+from chaoslight._report import (
+    CRASHED,
+    FAILED,
+    HUNG,
+    PASSED,
+    RELEASED,
+    Outcome,
+    RankResult,
+    cause_first,
+)
 from chaoslight._runtime import NOTE
 from chaoslight._runtime._preempt import DEFAULT, STOPPED, Delivery, sigterm_deliveries
 
@@ -35,9 +46,18 @@ def stopping_steps(outcome: Outcome) -> dict[int, int | None]:
     return steps
 
 
-def by_default_action(delivered: list[Delivery]) -> bool:
-    """Some SIGTERM found no handler: that rank died as a crashed one does."""
-    return any(d.handler == DEFAULT for d in delivered)
+def by_default_action(delivered: list[Delivery], outcome: Outcome) -> bool:
+    """Some SIGTERM found no handler: that rank died as a crashed one does. Either the
+    delivery saw none, or the rank it reached died of SIGTERM itself: the handler seen when
+    the signal was sent was gone when it arrived (``fit`` had ended and put back the
+    handlers it found, the default action among them)."""
+    if any(d.handler == DEFAULT for d in delivered):
+        return True
+    reached = {d.rank for d in delivered}
+    return any(
+        r.rank in reached and r.status == CRASHED and r.signal == signal.SIGTERM
+        for r in outcome.ranks
+    )
 
 
 def preemption_finding(outcome: Outcome, delivered: list[Delivery]) -> str | None:

@@ -171,7 +171,7 @@ def _preempted(
 ) -> Verdict:
     """Every rank stops by itself, in time, at the same step (``_preemption``); a SIGTERM
     that met no handler ended its rank as a crash does, and is judged as one."""
-    if by_default_action(delivered):
+    if by_default_action(delivered, outcome):
         if outcome.status == HUNG:
             return Verdict(True, hang_reason(outcome, fired), rule=Rule.HANG, **base)
         return _hard(outcome, fired, base)
