@@ -40,6 +40,17 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
     )
 
 
+def startup_timeout(least: float) -> str:
+    """A ``--timeout`` the job outlasts only once it sits where the test waits for it: the
+    time ``python -c "import torch"`` takes on this machine now, measured (on a busy
+    machine it is several times a quiet one's), three times over, plus ``least``. A fixed
+    bound failed these tests by chance whenever other jobs loaded the machine."""
+    started = time.monotonic()
+    command = [sys.executable, "-c", "import torch"]
+    subprocess.run(command, capture_output=True, timeout=TEST_TIMEOUT_S, check=True)
+    return f"{3 * (time.monotonic() - started) + least:.0f}"
+
+
 @pytest.fixture
 def schedule(tmp_path: Path) -> Path:
     path = tmp_path / "s.txt"
@@ -87,10 +98,11 @@ def test_blocked_command_is_killed_at_the_timeout_with_where_it_waited(
     script.write_text(
         "import time\n\ndef wait_forever():\n    time.sleep(1000)\n\nwait_forever()\n"
     )
-    argv = ["run", "--schedule", str(schedule), "--timeout", "2", "--", sys.executable, str(script)]
-    result = run_cli(*argv, cwd=tmp_path)
+    timeout = startup_timeout(least=2)
+    argv = ["run", "--schedule", str(schedule), "--timeout", timeout, "--", sys.executable]
+    result = run_cli(*argv, str(script), cwd=tmp_path)
     assert result.returncode == EXIT_TIMEOUT, result.stderr
-    assert "ran past --timeout=2 s" in result.stderr
+    assert f"ran past --timeout={timeout} s" in result.stderr
     assert "waits in wait_forever (hang.py:4): time.sleep(1000)" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -107,9 +119,8 @@ def test_timeout_evidence_names_each_ranks_last_event(tmp_path: Path, schedule: 
     )
     events = tmp_path / "events"
     env = {**os.environ, "RANK": "1"}
-    # Long enough to import torch and save on a loaded machine (10 s was not, with two other
-    # multi-rank jobs and an install running); the rest of it is the sleep.
-    argv = ["run", "--schedule", str(schedule), "--timeout", "20", "--events-dir", str(events)]
+    timeout = startup_timeout(least=4)  # to import torch and save; then it sleeps
+    argv = ["run", "--schedule", str(schedule), "--timeout", timeout, "--events-dir", str(events)]
     result = run_cli(
         *argv, "--", "bash", "-c", f"{sys.executable} {script}; true", cwd=tmp_path, env=env
     )

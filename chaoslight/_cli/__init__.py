@@ -122,9 +122,11 @@ def _interrupts_never_swallowed() -> Iterator[None]:
     main_thread = threading.main_thread().ident
 
     def redeliver(unraisable: sys.UnraisableHookArgs) -> None:
-        previous(unraisable)
-        if isinstance(unraisable.exc_value, KeyboardInterrupt) and main_thread is not None:
-            threading.Thread(target=_interrupt_later, args=(main_thread,), daemon=True).start()
+        if not isinstance(unraisable.exc_value, KeyboardInterrupt) or main_thread is None:
+            previous(unraisable)
+            return
+        # Not printed: the Ctrl-C is not lost, and the command says it was interrupted.
+        threading.Thread(target=_interrupt_later, args=(main_thread,), daemon=True).start()
 
     sys.unraisablehook = redeliver
     try:
