@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from chaoslight._report import (
@@ -53,7 +52,6 @@ Judged = list[tuple[int, Fault]]  # (rank, fault) as the rules judge them, in ti
 Carried = tuple[tuple[int, Fault], ...]  # desync faults of earlier runs of the job
 _MILDEST_FIRST = tuple(Severity)  # a run is judged by its worst fault
 
-_PACKAGE = str(Path(__file__).resolve().parents[1])
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
 
 
@@ -108,7 +106,7 @@ def internal_error(outcome: Outcome) -> str | None:
         if not frames:
             continue
         filename, function = frames[-1]
-        if in_chaoslight(filename) or str(Path(filename).resolve()).startswith(_PACKAGE + "/"):
+        if in_chaoslight(filename):
             return f"rank {result.rank}: {exc} (raised in chaoslight: {function})"
     return None
 
