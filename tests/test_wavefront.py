@@ -378,7 +378,8 @@ def test_the_rank_hung_in_the_programs_own_collective_is_named_first(
     issued (its hook's barrier) leads the report, not Lightning's per-batch broadcast."""
     outcome = world.run(target(f"export_on_rank_{culprit}"), timeout=TIMEOUT)
     assert outcome.status == "hung", outcome.report()
-    assert [r.in_own_collective for r in outcome.ranks] == [r == culprit for r in (0, 1)]
+    own = [r.in_own_collective for r in outcome.ranks]
+    assert own == [r == culprit for r in (0, 1)], outcome.report()
     assert cause_first(outcome).startswith(f"rank {culprit} waits in dist.barrier #")
 
 

@@ -156,6 +156,7 @@ class Example:
                     self.watches[slot.rank],
                     slot.output_since(self.offsets[slot.rank]),
                     events,
+                    self.decision.fronts.get(slot.rank) if self.decision is not None else None,
                 )
                 for slot in self.slots
             ]
@@ -268,11 +269,16 @@ def returned_value(blob: str | None) -> Any:
         return None
 
 
-def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> RankResult:
-    """One rank's result from what the parent saw: a result message, a kill, or a death."""
+def rank_result(
+    slot: Slot, watch: Watch, output: str, events: list[Event], decided: Front | None = None
+) -> RankResult:
+    """One rank's result from what the parent saw: a result message, a kill, or a death.
+    ``decided`` is where the rank was blocked when the hang was decided: once the World
+    releases the ranks, a later beat may already say it moved on."""
     seen = watch.hang or watch.snapshot
     line, stacks = (seen.line, seen.stacks) if seen is not None else ("", "")
-    own = watch.front is not None and watch.front.by_program
+    front = decided or watch.front
+    own = front is not None and front.by_program
     if watch.result is not None:
         msg = watch.result
         return RankResult(
@@ -289,9 +295,9 @@ def rank_result(slot: Slot, watch: Watch, output: str, events: list[Event]) -> R
             in_own_collective=own,
         )
     if watch.killed:
-        if watch.front is not None and watch.front.frozen:
+        if front is not None and front.frozen:
             # The freeze fault stopped it; it was never hung in its own right.
-            line = f"rank {slot.rank} {watch.front.describe()} (the injected freeze)"
+            line = f"rank {slot.rank} {front.describe()} (the injected freeze)"
         line = line or f"rank {slot.rank} did not come back after the hang"
         return RankResult(
             slot.rank,
