@@ -14,7 +14,7 @@ import typing as _typing
 
 from chaoslight import checks, strategies
 from chaoslight._report import Outcome
-from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject
+from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject, mark_step
 from chaoslight._schedule import (
     OOM,
     Allocate,
@@ -88,6 +88,7 @@ __all__ = [
     "fuzz",
     "inject",
     "judge",
+    "mark_step",
     "replay",
     "sites",
     "strategies",

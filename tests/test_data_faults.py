@@ -111,7 +111,10 @@ def test_the_new_kinds_round_trip_through_their_text_and_json_forms() -> None:
         ("repeat_batch@lightning.forward", "needs a batches site (lightning.next_batch"),
         ("drop_batch@torch.load", "needs a batches site"),
         ("bad_checkpoint@torch.load effect=gone", "effect='gone' is not one of truncated, empty"),
-        ("bad_checkpoint@torch.save", "needs a load site (lightning.load_checkpoint, torch.load"),
+        (
+            "bad_checkpoint@torch.save",
+            "needs a load site (fabric.load, lightning.load_checkpoint, torch.load",
+        ),
     ],
 )
 def test_a_bad_parameter_is_refused_in_one_line_naming_it(text: str, message: str) -> None:
@@ -307,7 +310,7 @@ def test_the_io_of_a_file_object_is_read_not_reopened() -> None:
 def test_a_repeat_keeps_the_loops_own_batch_index() -> None:
     """A CombinedLoader fetch is (batch, batch_idx, dataloader_idx): only the batch repeats,
     so an evaluation loop's indices stay its own; a plain batch is repeated whole."""
-    from chaoslight._sites._lightning import _in_place_of
+    from chaoslight._sites._batches import _in_place_of
 
     assert _in_place_of(("old", 2, 0), ("new", 3, 0)) == ("old", 3, 0)
     assert _in_place_of(["old"], ["new"]) == ["old"]

@@ -65,7 +65,9 @@ def owners() -> dict[str, Any]:
         for owner in point.owners():
             if id(owner) not in seen:
                 seen.add(id(owner))
-                found[f"{owner.__module__}:{owner.__qualname__}"] = owner
+                label = getattr(owner, "__qualname__", None)
+                module = owner.__name__ if label is None else owner.__module__
+                found[f"{module}:{label or ''}"] = owner
     return found
 
 
@@ -80,6 +82,12 @@ def snapshot() -> dict[tuple[str, str], Any]:
             state[(label, key)] = value
     for signum in signal.valid_signals():
         state[("signal", str(signum))] = signal.getsignal(signum)
+    from torch.optim import optimizer
+
+    hooks = (optimizer._global_optimizer_pre_hooks, optimizer._global_optimizer_post_hooks)
+    for family, registered in zip(("pre", "post"), hooks, strict=True):
+        for key, hook in registered.items():
+            state[(f"optimizer step {family}-hook", str(key))] = hook
     for index, finder in enumerate(sys.meta_path):
         state[("sys.meta_path", str(index))] = finder
     for key, value in os.environ.items():

@@ -29,6 +29,7 @@ from chaoslight import (
 )
 from chaoslight._schedule._catalog import LIGHTNING_HOOKS, SITES
 from chaoslight._schedule._faults import FAULT_KINDS
+from chaoslight._sites import _core
 from chaoslight._sites._patch import MISSING, wrap_attribute
 
 # Crash is refused in-process (it would kill the test session): see the crash tests below.
@@ -110,7 +111,7 @@ def test_nested_inject_raises_and_leaves_the_outer_active() -> None:
 def test_failed_entry_restores_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """If installing a patch fails halfway, the ones already made are undone before it raises."""
     before = patched_attributes()
-    real = _sites.wrap_attribute
+    real = _core.wrap_attribute
     calls = []
 
     def failing(owner: Any, name: str, wrapper: Any) -> Any:
@@ -119,11 +120,15 @@ def test_failed_entry_restores_everything(monkeypatch: pytest.MonkeyPatch) -> No
             raise RuntimeError("cannot patch")
         return real(owner, name, wrapper)
 
-    monkeypatch.setattr(_sites, "wrap_attribute", failing)
+    monkeypatch.setattr(_core, "wrap_attribute", failing)
     with pytest.raises(RuntimeError, match="cannot patch"), chaoslight.inject(arm_everything()):
         pass
     assert len(calls) == 5
     assert changed(before, patched_attributes()) == []
+    from torch.optim import optimizer  # the loop's step hooks, registered first, are gone
+
+    assert not optimizer._global_optimizer_pre_hooks
+    assert not optimizer._global_optimizer_post_hooks
     assert _runtime.active() is None and _sites.STATE.dispatcher is None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._runtime import active
 from chaoslight._runtime._frames import LIBRARIES, is_program
-from chaoslight._schedule import LIGHTNING_HOOKS, LIGHTNING_STEPS, SITES
+from chaoslight._schedule import LIGHTNING_HOOKS, LIGHTNING_STEPS, LOOP_SITES, SITES
 
 # Observing DDP's gradient all-reduce registers a comm hook, which changes DDP's averaging
 # arithmetic at odd world sizes: the baseline must not perturb the run it measures.
@@ -97,6 +97,13 @@ class CallPaths:
         return {"paths": paths, "modules": self.modules}
 
 
+def _follow_paths(*args: Any) -> None:
+    """Record the program's frames at each site call from now on (the baseline's paths)."""
+    engine = _engine()
+    if engine is not None and not isinstance(engine.tracer, CallPaths):
+        engine.tracer = CallPaths(engine.tracer)
+
+
 def _engine() -> Any:
     injection = active()
     return injection.engine if injection is not None else None
@@ -112,16 +119,33 @@ class ReachRecorder(Check):
         check = self
 
         def setup(self: Any, trainer: Any, module: Any, stage: str) -> None:
-            engine = _engine()
-            if engine is not None and not isinstance(engine.tracer, CallPaths):
-                engine.tracer = CallPaths(engine.tracer)
+            _follow_paths()
 
         def on_fit_end(self: Any, trainer: Any, module: Any) -> None:
             engine = _engine()
             if engine is None:
                 return
-            steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
+            # Lightning's own sites stand for the loop's: its backward, optimizer step and
+            # batch fetch are drawn there, at the Trainer's steps.
+            steps = {
+                site: seen
+                for site, seen in engine.steps_seen.items()
+                if seen and site not in LOOP_SITES
+            }
             user = user_sites(module, list(trainer.callbacks), trainer.datamodule)
+            record(engine, trainer, steps, user)
+
+        def on_loop_end(self: Any) -> None:
+            """A run that no Trainer ran: the program's own loop. The Fabric calls it made
+            are its own code, as a Trainer program's hooks are."""
+            engine = _engine()
+            if engine is None:
+                return
+            steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
+            user = sorted(site for site in steps if site.startswith("fabric."))
+            record(engine, None, steps, user)
+
+        def record(engine: Any, trainer: Any, steps: dict[str, Any], user: list[str]) -> None:
             facts = {"steps": steps, "user": user}
             if isinstance(engine.tracer, CallPaths):
                 facts.update(engine.tracer.facts())
@@ -132,7 +156,13 @@ class ReachRecorder(Check):
             if engine is not None and isinstance(engine.tracer, CallPaths):
                 engine.tracer = engine.tracer.inner
 
-        hooks = {"setup": setup, "on_fit_end": on_fit_end, "teardown": teardown}
+        hooks = {
+            "setup": setup,
+            "on_fit_end": on_fit_end,
+            "teardown": teardown,
+            "on_run_start": _follow_paths,
+            "on_loop_end": on_loop_end,
+        }
         return observer_class("ReachObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:

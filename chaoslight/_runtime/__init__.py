@@ -20,7 +20,15 @@ from chaoslight._runtime._events import (
     read_fault,
 )
 from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Violation
-from chaoslight._runtime._inject import Injection, Run, ScheduleLike, active, as_schedule, inject
+from chaoslight._runtime._inject import (
+    Injection,
+    Run,
+    ScheduleLike,
+    active,
+    as_schedule,
+    inject,
+    mark_step,
+)
 from chaoslight._runtime._protocol import CHECK_FACTORIES, as_checks, check_from_name
 from chaoslight._runtime._stacks import PROGRESS_SITES, HangReport, Position
 from chaoslight._runtime._watchdog import HangDetected, Watchdog
@@ -54,6 +62,7 @@ __all__ = [
     "check_from_name",
     "current_rank",
     "inject",
+    "mark_step",
     "parse_fired",
     "read_fault",
     "step_of",

@@ -14,15 +14,15 @@ from typing import Any
 from chaoslight._runtime._deliberate import mark
 from chaoslight._runtime._events import NOTE
 from chaoslight._schedule._data_faults import BadCheckpoint, DropBatch, Flip, RepeatBatch
+from chaoslight._sites._batches import read_past, read_twice
 from chaoslight._sites._damage import damaged_load
 from chaoslight._sites._flip import flip_bit
-from chaoslight._sites._lightning import read_past, read_twice
 
 
 def apply_flip(engine: Any, fault: Flip, firing: Any) -> None:
     """Flip the bit now; the rank's event log notes which element changed, and how."""
     with engine.internal():
-        detail = flip_bit(engine.trainer, fault.target, fault.tensor, fault.index, fault.bit)
+        detail = flip_bit(engine.tensors_owner, fault.target, fault.tensor, fault.index, fault.bit)
     engine.record(NOTE, fault.site, firing.rank, firing.step, str(fault), detail=detail)
 
 

@@ -19,6 +19,7 @@ from typing import IO, Any
 from chaoslight._runtime._actions import ACTIONS, Firing
 from chaoslight._runtime._context import current_rank, environment_rank, step_of
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
+from chaoslight._runtime._loop_steps import LoopSteps, LoopView
 from chaoslight._runtime._memory import MemoryLedger
 from chaoslight._runtime._notes import note_never_fired
 from chaoslight._runtime._preempt import STEP_SITE, Notices, note_stop, preempts
@@ -59,6 +60,7 @@ class Engine:
         for index, fault in enumerate(schedule.faults):
             if fault.fires_in(1):  # one process is one run; a World unbinds a later run's
                 self.by_site.setdefault(fault.site, []).append((index, fault))
+        self.faulted = frozenset(self.by_site)
         # Sites whose faults count calls within a step (nth with a step).
         self.counts_in_step = {f.site for f in schedule if f.nth is not None and f.step is not None}
         # Names a schedule (a file: data) gives resolve without importing anything new.
@@ -77,6 +79,7 @@ class Engine:
         self.callbacks: list[Any] = []  # check observers, attached to each Trainer seen
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
+        self.loop = LoopSteps()  # the step, in a process that runs no Trainer
         self._local = PerThread(self._stacks)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
         self.notices = Notices(self.record)
@@ -104,7 +107,26 @@ class Engine:
         return self._trainer is not None
 
     def step(self) -> int | None:
-        return step_of(self.trainer)
+        """The training step: the Trainer's once one ran in this process, else the loop's."""
+        if self._trainer is not None:
+            return step_of(self._trainer())
+        return self.loop.step
+
+    def training_began(self, begins: bool = True) -> None:
+        if self._trainer is None:
+            self.loop.training_call(begins)
+
+    def step_ended(self, optimizer: Any) -> None:
+        self.loop.optimizer_stepped(optimizer)
+
+    @property
+    def tensors_owner(self) -> Any:
+        """What a flip reads the training tensors of: the Trainer, or a loop's view of the
+        optimizer that last stepped (None before one did)."""
+        if self._trainer is not None:
+            return self.trainer
+        optimizer = self.loop.optimizer
+        return LoopView(optimizer) if optimizer is not None else None
 
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""

@@ -156,6 +156,7 @@ class Injection:
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
             self._budget_mode = watch_allocations(self._engine)
+            self._tell_observers("on_run_start")
             enter_checks(self.checks if self.judge else ())
         except BaseException:
             exit_checks(self.checks if self.judge else ())
@@ -169,6 +170,8 @@ class Injection:
             return
         # Teardown happens whatever a check's exit() does: nothing may stay patched.
         try:
+            if self._engine is not None and not self._engine.ran_a_trainer:
+                self._tell_observers("on_loop_end")
             failed_exit = exit_checks(self.checks if self.judge else ())
         finally:
             self._teardown()
@@ -176,6 +179,18 @@ class Injection:
             raise failed_exit
         if self.checks and self.judge:
             self._judge(exc)
+
+    def _tell_observers(self, hook: str) -> None:
+        """Call ``hook()`` on each observer that has it, as chaoslight's own code: what an
+        observer records of a run that no Trainer's hooks tell it about (a loop)."""
+        engine = self._engine
+        if engine is None:
+            return
+        with engine.internal():
+            for observer in engine.callbacks:
+                call = getattr(observer, hook, None)
+                if callable(call):
+                    call()
 
     def _judge(self, exc: BaseException | None) -> None:
         """Run every check's judge over this process's events; raise on a violation."""
@@ -259,3 +274,17 @@ def inject(
 def active() -> Injection | None:
     """The injection active in this process, if any."""
     return _ACTIVE
+
+
+def mark_step() -> None:
+    """End the training step here, in a loop that no Trainer runs.
+
+    Outside a Trainer, chaoslight ends a step where an optimizer step ends. A loop with no
+    optimizer step, or with several per batch (a GAN's), calls this at the end of each
+    step instead; from its first call on, only these calls end steps. It does nothing when
+    no schedule is active, and inside a Trainer's fit (whose own batch count stands).
+    """
+    injection = _ACTIVE
+    engine = injection.engine if injection is not None else None
+    if engine is not None:
+        engine.loop.mark()

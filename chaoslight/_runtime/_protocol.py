@@ -14,6 +14,11 @@ every rank, or None) and a ``judge(evidence)``. It may also declare, as attribut
   directory of the crashed run) and ``resume_from`` makes a ``fit`` that passes no
   ``ckpt_path`` resume from that checkpoint, as a restarted job would.
 
+An observer (what ``observer()`` returns) may also have ``on_run_start()``, called when the
+injection begins, and ``on_loop_end()``, called when it ends in a process where no
+Trainer ran (a loop the program writes itself: Fabric, plain PyTorch), where no Trainer
+hook would tell it the run is over.
+
 The lower layers read these through the helpers below, never by comparing names.
 """
 

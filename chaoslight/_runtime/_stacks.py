@@ -22,6 +22,7 @@ from chaoslight._runtime._context import current_rank
 from chaoslight._runtime._frames import current_frames, user_frame
 from chaoslight._runtime._inject import active
 from chaoslight._schedule import SITES
+from chaoslight._schedule._catalog import LOOP_SITES
 from chaoslight._schedule._clip import clip
 
 _STEPS = (
@@ -41,12 +42,15 @@ _BATCH_HOOKS = tuple(
 )
 
 
-# The sites a watchdog watches for progress: every collective, the steps and batch hooks. DDP's
-# gradient all-reduce is left out unless the schedule names it: observing it registers a
-# Python comm hook, which changes DDP's averaging arithmetic at odd world sizes.
+# The sites a watchdog watches for progress: every collective, the steps and batch hooks
+# (a loop's: its backward, optimizer step and batches; in a Trainer program they pass
+# through, Lightning's stand for them). DDP's gradient all-reduce is left out unless the
+# schedule names it: observing it registers a Python comm hook, which changes DDP's
+# averaging arithmetic at odd world sizes.
 PROGRESS_SITES = frozenset(
     {s for s in SITES if s.startswith("dist.") and s != "dist.gradient_allreduce"}
     | {f"lightning.{name}" for name in _STEPS + _BATCH_HOOKS if f"lightning.{name}" in SITES}
+    | LOOP_SITES
 )
 
 

@@ -103,6 +103,53 @@ COLLECTIVES: dict[str, tuple[str, frozenset[str]]] = {
 }
 
 
+# Lightning Fabric's calls, one site each, in both namespaces (``lightning.fabric`` and the
+# standalone ``lightning_fabric``): what a program written on Fabric calls in its own loop.
+FABRIC_CALLS: dict[str, tuple[str, frozenset[str]]] = {
+    "launch": ("Fabric.launch: where the ranks start", frozenset()),
+    "setup": ("Fabric.setup: wrapping the model (DDP, FSDP) and its optimizers", frozenset()),
+    "setup_dataloaders": (
+        "Fabric.setup_dataloaders: where Fabric puts its distributed sampler",
+        frozenset(),
+    ),
+    "forward": (
+        "calling the model Fabric wrapped (model(x) in the loop): where a program's "
+        "try/except around the forward pass catches",
+        frozenset({RESULT}),
+    ),
+    "backward": ("Fabric.backward of the loss (DDP's gradient all-reduce runs in it)", frozenset()),
+    "optimizer_step": ("the step of an optimizer Fabric wrapped", frozenset()),
+    "save": (
+        "Fabric.save: every rank calls it, rank 0 writes (a collective under DDP)",
+        frozenset(),
+    ),
+    "load": ("Fabric.load of a checkpoint to resume", frozenset({LOAD})),
+    "barrier": ("Fabric.barrier", frozenset({SYNC})),
+    "all_reduce": ("Fabric.all_reduce", frozenset({SYNC, RESULT})),
+    "all_gather": ("Fabric.all_gather", frozenset({SYNC, RESULT})),
+    "broadcast": ("Fabric.broadcast (of any picklable object)", frozenset({SYNC})),
+}
+
+# Plain PyTorch's training calls. In a Trainer program Lightning's own sites stand for them
+# (``lightning.backward``, ``lightning.optimizer_step``, ``lightning.next_batch``), so a
+# search draws these only in a loop no Trainer runs (``LOOP_SITES``).
+TORCH_LOOP_CALLS: dict[str, tuple[str, frozenset[str]]] = {
+    "torch.backward": (
+        "torch.autograd.backward (loss.backward(), and Fabric's backward under it)",
+        frozenset(),
+    ),
+    "torch.optimizer_step": (
+        "the step of any torch.optim optimizer (before it changes the parameters)",
+        frozenset(),
+    ),
+    "torch.next_batch": (
+        "a DataLoader iterator's next batch (any DataLoader, Fabric's included)",
+        frozenset({RESULT, BATCHES}),
+    ),
+}
+LOOP_SITES = frozenset(TORCH_LOOP_CALLS)
+
+
 def _build() -> dict[str, SiteInfo]:
     sites: list[SiteInfo] = []
     for step, text in LIGHTNING_STEPS.items():
@@ -155,6 +202,8 @@ def _build() -> dict[str, SiteInfo]:
         ),
         SiteInfo("torch.load", "torch.load", frozenset({RESULT, LOAD})),
     ]
+    sites += [SiteInfo(name, text, caps) for name, (text, caps) in TORCH_LOOP_CALLS.items()]
+    sites += [SiteInfo(f"fabric.{name}", text, caps) for name, (text, caps) in FABRIC_CALLS.items()]
     return {site.name: site for site in sites}
 
 

@@ -47,7 +47,11 @@ MAX_PROBES = 32
 MAX_FREEZE_PROBES = 4  # a freeze for good costs a hang decision and a new rank: ~4 s
 MAX_SAVE_CRASHES = 2  # crash-in-save-then-restart probes: each is two whole runs
 MAX_CAUGHT_PROBES = 4  # a caught error at its site's first step: the one-rank skip
-PER_BATCH = ("_batch_start", "_batch_end", "_step", "backward", "forward", "zero_grad")
+PER_BATCH = (
+    *("_batch_start", "_batch_end", "_step", "backward", "forward", "zero_grad", "next_batch"),
+    # A loop's own collectives run every step, and a straggler waits in them harmlessly.
+    *("barrier", "all_reduce", "all_gather", "broadcast"),
+)
 CORE = frozenset(
     {f"lightning.{name}" for name in LIGHTNING_STEPS}
     | {"lightning.forward", "lightning.backward", "lightning.optimizer_step"}
@@ -56,6 +60,12 @@ CORE = frozenset(
     | {"lightning.next_batch", "lightning.load_checkpoint"}
 )
 Point = tuple[str, "int | None"]  # (site, step); a None step means "whenever it is reached"
+# Where a training step's work runs, a Trainer's first: a loop the program writes itself
+# (Fabric, plain PyTorch) has no training_step, and its backward is where each step's
+# work is sure to run (``_runtime/_loop_steps.py``).
+TRAINING_STEP_SITES = ("lightning.training_step", "torch.backward")
+# Where an OOM handler's try sits: the model's forward, else the step around it.
+FORWARD_SITES = ("lightning.forward", "lightning.training_step", "fabric.forward", "torch.backward")
 
 
 @dataclass(frozen=True)
@@ -179,14 +189,14 @@ class Reach:
         ``torch.load``): a resume that falls back on one rank alone desyncs the job."""
         ending = [FAULT_KINDS[k] for k in kinds if k in FAULT_KINDS]
         ending = [cls for cls in ending if cls.kills_process and cls.aborts_call]
-        steps = sorted(s for site, s in self.points if site == "lightning.training_step" and s)
+        step_site, steps = self._first_with_steps(TRAINING_STEP_SITES)
         saved = sorted(s for site, s in self.points if site == "torch.save" and s is not None)
         if not ending or Raise.kind not in kinds or world_size < 2 or not saved:
             return []
         after = [step for step in steps if step > saved[0]]
         if not after:
             return []
-        crash = ending[0](site="lightning.training_step", rank=0, step=after[0])
+        crash = ending[0](site=step_site, rank=0, step=after[0])
         full = Raise("OSError", (28, "No space left on device"), site="torch.load")
         load = replace(full, rank=world_size - 1, times=1, run=2)
         return [Schedule([crash], restarts=1), Schedule([crash, load], restarts=1)]
@@ -226,8 +236,7 @@ class Reach:
         preempted), then to every rank's whole process group, as a scheduler preempts a
         job (the DataLoader workers get it too, before an emergency save that reads from
         them)."""
-        site = "lightning.training_step"
-        steps = sorted(step for name, step in self.points if name == site and step is not None)
+        site, steps = self._first_with_steps(TRAINING_STEP_SITES)
         if Preempt.kind not in kinds or world_size < 2 or not steps:
             return []
         return [
@@ -250,12 +259,20 @@ class Reach:
     def _oom_probes(self, world_size: int, kinds: Iterable[str]) -> list[Fault]:
         if OOM.kind not in kinds:
             return []
-        for site in ("lightning.forward", "lightning.training_step"):
+        site, steps = self._first_with_steps(FORWARD_SITES)
+        if not steps:
+            return []
+        ranks: list[int | None] = [*range(world_size), None]  # None: every rank at once
+        # The earliest step: what the shrinker would reach anyway.
+        return [OOM(site=site, rank=rank, step=steps[0]) for rank in ranks]
+
+    def _first_with_steps(self, sites: Sequence[str]) -> tuple[str, list[int]]:
+        """The first of ``sites`` reached at some step, with its steps in order."""
+        for site in sites:
             steps = sorted(step for name, step in self.points if name == site and step is not None)
-            if steps:  # the earliest step: what the shrinker would reach anyway
-                ranks: list[int | None] = [*range(world_size), None]  # None: every rank at once
-                return [OOM(site=site, rank=rank, step=steps[0]) for rank in ranks]
-        return []
+            if steps:
+                return site, steps
+        return sites[0], []
 
 
 @dataclass(frozen=True)

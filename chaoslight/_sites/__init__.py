@@ -13,17 +13,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from chaoslight._schedule._catalog import SITES
-from chaoslight._sites import _ddp, _lightning, _torch
+from chaoslight._sites import _ddp, _fabric, _lightning, _loop, _torch
 from chaoslight._sites._core import (
     STATE,
     Behaviour,
     Dispatcher,
     PatchPoint,
 )
-from chaoslight._sites._patch import MISSING, Patch, resolve, wrap_attribute
+from chaoslight._sites._patch import MISSING, Patch, resolve
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
-    _lightning.LIGHTNING_POINTS + _ddp.DDP_POINTS + _torch.TORCH_POINTS
+    _lightning.LIGHTNING_POINTS
+    + _ddp.DDP_POINTS
+    + _torch.TORCH_POINTS
+    + _loop.LOOP_POINTS
+    + _fabric.FABRIC_POINTS
 )
 
 __all__ = [
@@ -60,8 +64,7 @@ def install(points: Iterable[PatchPoint]) -> list[Patch]:
     patches: list[Patch] = []
     try:
         for point in points:
-            for owner in point.owners():
-                patches.append(wrap_attribute(owner, point.attribute, point.wrapper))
+            patches.extend(point.install())
     except BaseException:
         uninstall(patches)
         raise

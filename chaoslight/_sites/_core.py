@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chaoslight._sites._patch import Wrapper, resolve
+from chaoslight._sites._patch import Wrapper, resolve, wrap_attribute
 
 Call = Callable[..., Any]
 
@@ -36,6 +36,7 @@ class Dispatcher(Protocol):
     """What the runtime offers the wrappers while a schedule is active."""
 
     armed: frozenset[str]
+    faulted: frozenset[str]  # the sites the schedule puts faults at
     resume_from: str | None  # a checkpoint for a ``fit`` given no ``ckpt_path`` (a restart)
 
     def call(
@@ -51,6 +52,17 @@ class Dispatcher(Protocol):
     def sync_point(self) -> None: ...
 
     def saw_trainer(self, trainer: Any) -> None: ...
+
+    @property
+    def ran_a_trainer(self) -> bool:
+        """A Trainer ran in this process: its steps and sites stand."""
+
+    def training_began(self, begins: bool = True) -> None:
+        """A call of a loop's training step runs (``_runtime/_loop_steps``): the step after
+        one that ended begins; with ``begins`` (a backward, an optimizer step), step 0 too."""
+
+    def step_ended(self, optimizer: Any) -> None:
+        """``optimizer`` finished a step: outside a Trainer, the training step ends."""
 
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
@@ -81,6 +93,11 @@ class PatchPoint:
     always: bool = False  # installed whenever a schedule is active (trainer tracking)
     sync_point: bool = False  # a deferred OOM surfaces here
     notes: dict[str, str] = field(default_factory=dict)
+
+    def install(self) -> list[Any]:
+        """Wrap the attribute on every owner that can be imported; the patches, each with
+        an ``undo()``."""
+        return [wrap_attribute(owner, self.attribute, self.wrapper) for owner in self.owners()]
 
     def owners(self) -> Iterator[Any]:
         seen: set[int] = set()

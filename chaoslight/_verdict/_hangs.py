@@ -109,8 +109,8 @@ def _returned(outcome: Outcome) -> str:
     if not left or not waiting:
         return ""
     steps = _last_steps(outcome)
-    gone = ", ".join(f"rank {r} returned (its last step {_step(steps, r)})" for r in left)
-    still = ", ".join(f"rank {r} (at step {_step(steps, r)})" for r in waiting)
+    gone = ", ".join(f"rank {r} returned{_step(steps, r, ' (its last step {})')}" for r in left)
+    still = ", ".join(f"rank {r}{_step(steps, r, ' (at step {})')}" for r in waiting)
     return f"{gone} while {still} still {'waits' if len(waiting) == 1 else 'wait'} for it"
 
 
@@ -122,5 +122,7 @@ def _last_steps(outcome: Outcome) -> dict[int, int]:
     return last
 
 
-def _step(steps: dict[int, int], rank: int) -> str:
-    return str(steps[rank]) if rank in steps else "none"
+def _step(steps: dict[int, int], rank: int, words: str) -> str:
+    """``words`` with the rank's last recorded step; nothing when its events hold none
+    (its evidence says where it is)."""
+    return words.format(steps[rank]) if rank in steps else ""

@@ -1,0 +1,237 @@
+"""Training loops that no Trainer runs (plain PyTorch, Lightning Fabric): the step counted
+from optimizer steps (or the program's own marks), the loop and Fabric sites, faults that
+fire where and when a schedule says, the baseline reach of a loop, and a Trainer program
+left as it was (Lightning's own step stands)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import chaoslight
+from chaoslight import Delay, Flip, Raise, RepeatBatch, Schedule
+from chaoslight._checks._reach import ReachRecorder
+from chaoslight._runtime._events import FIRED, NOTE
+from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight._schedule import LOOP_SITES, SITES
+
+STEPS = 4
+pytestmark = pytest.mark.usefixtures("lightning_in_process")  # Lightning in this process
+
+
+def plain_loop(
+    marks: bool = False, optimizers: int = 1, save_to: Path | None = None
+) -> list[torch.Tensor]:
+    """A tiny single-process training loop; the batches it trained on, in order."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opts = [torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(optimizers)]
+    data = TensorDataset(torch.arange(STEPS * 2 * 3, dtype=torch.float32).view(-1, 3))
+    seen = []
+    for (x,) in DataLoader(data, batch_size=2):
+        seen.append(x.clone())
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+        if save_to is not None:
+            torch.save(model.state_dict(), save_to)
+        if marks:
+            chaoslight.mark_step()
+    return seen
+
+
+def fired(run: Any) -> list[tuple[str, int | None]]:
+    return [(e.site, e.step) for e in run.events if e.kind == FIRED]
+
+
+def test_the_loop_sites_are_in_the_catalogue_with_what_they_can_take() -> None:
+    assert {"torch.backward", "torch.optimizer_step", "torch.next_batch"} == LOOP_SITES
+    assert "batches" in SITES["torch.next_batch"].capabilities
+    for name in ("forward", "backward", "optimizer_step", "save", "load", "barrier", "all_reduce"):
+        assert f"fabric.{name}" in SITES
+    assert "load" in SITES["fabric.load"].capabilities
+    assert "sync" in SITES["fabric.barrier"].capabilities
+
+
+@pytest.mark.parametrize("site", sorted(LOOP_SITES))
+def test_a_step_is_the_work_up_to_the_end_of_an_optimizer_step(site: str) -> None:
+    """Every loop site sees steps 0..3 in order, one per optimizer step, step 0 included,
+    as the baseline's reach records them once the loop's run ends."""
+    with chaoslight.inject(Schedule(), checks=[ReachRecorder()]) as run:
+        plain_loop()
+    facts = [e for e in run.events if e.kind == OBSERVATION and e.site == "reach"]
+    assert len(facts) == 1, "a loop's reach is recorded once, when the run ends"
+    # The DataLoader's last fetch, which ends the epoch, begins a fifth step.
+    expected = list(range(STEPS + 1 if site == "torch.next_batch" else STEPS))
+    assert json.loads(facts[0].detail)["steps"][site] == expected
+
+
+def test_a_fault_at_a_step_fires_at_that_step_and_nowhere_else() -> None:
+    schedule = Schedule([Raise("ValueError", ("injected",), site="torch.backward", step=2)])
+    with pytest.raises(ValueError, match="injected"), chaoslight.inject(schedule) as run:
+        plain_loop()
+    assert fired(run) == [("torch.backward", 2)]
+
+
+def test_a_save_after_the_optimizer_step_belongs_to_its_iteration(tmp_path: Path) -> None:
+    """torch.save is no loop site, yet a step= fault there fires at the loop's step: the
+    save after step 1's optimizer step is step 1's, as a Trainer's batch-end hook is."""
+    schedule = Schedule([Delay(0.0, site="torch.save", step=1)])
+    with chaoslight.inject(schedule) as run:
+        plain_loop(save_to=tmp_path / "model.pt")
+    assert fired(run) == [("torch.save", 1)]
+
+
+def test_before_the_first_backward_a_plain_site_has_no_step(tmp_path: Path) -> None:
+    schedule = Schedule([Delay(0.0, site="torch.save", step=0, times=1)])
+    with chaoslight.inject(schedule) as run:
+        torch.save({"before": 1}, tmp_path / "setup.pt")  # before training: no step
+        plain_loop(save_to=tmp_path / "model.pt")
+    assert fired(run) == [("torch.save", 0)]
+    assert run.reached[("torch.save", 0)] == STEPS + 1  # the rank's calls, the one before too
+
+
+def test_the_programs_own_marks_end_steps_once_it_marks() -> None:
+    """Two optimizers per batch would count two steps; marks count one per batch."""
+    schedule = Schedule([Raise("ValueError", ("x",), site="torch.backward", step=3)])
+    with pytest.raises(ValueError), chaoslight.inject(schedule) as run:
+        plain_loop(marks=True, optimizers=2)
+    # Batch 0 runs before any mark (its two optimizer steps count), so the 4th batch is
+    # step 3 once the marks have taken over.
+    assert fired(run) == [("torch.backward", 3)]
+
+
+def test_mark_step_does_nothing_without_a_schedule() -> None:
+    chaoslight.mark_step()  # no injection: no error, no state
+
+
+def test_a_repeated_batch_at_the_dataloader_is_read_again_at_the_next_step() -> None:
+    schedule = Schedule([RepeatBatch(site="torch.next_batch", step=1)])
+    with chaoslight.inject(schedule) as run:
+        seen = plain_loop()
+    clean = plain_loop()
+    assert fired(run) == [("torch.next_batch", 1)]
+    assert torch.equal(seen[2], clean[1]) and not torch.equal(seen[2], clean[2])
+    assert [torch.equal(a, b) for a, b in zip(seen, clean, strict=True)] == [1, 1, 0, 1]
+
+
+def test_a_flip_in_a_loop_changes_a_parameter_the_optimizer_steps() -> None:
+    schedule = Schedule([Flip(site="torch.optimizer_step", step=2, target="param", bit="exponent")])
+    with chaoslight.inject(schedule) as run:
+        plain_loop()
+    notes = [e.detail for e in run.events if e.kind == NOTE and e.site == "torch.optimizer_step"]
+    assert len(notes) == 1 and "flipped the exponent bit" in notes[0], notes
+    assert "param_groups[0]" in notes[0]
+
+
+def test_in_a_trainer_program_lightnings_step_stands_and_loop_sites_pass_through() -> None:
+    """A fit with the loop sites observed: none of them records a call (Lightning's own
+    sites stand for them), and a fault a schedule puts there still fires at the fit's step."""
+    pl = pytest.importorskip("lightning.pytorch")
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit() -> None:
+        data = TensorDataset(torch.randn(8, 3))
+        trainer = pl.Trainer(
+            max_steps=STEPS,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+            devices=1,
+        )
+        trainer.fit(Tiny(), DataLoader(data, batch_size=2))
+
+    schedule = Schedule([Delay(0.0, site="torch.optimizer_step", step=2)])
+    with chaoslight.inject(schedule, observe=LOOP_SITES) as run:
+        fit()
+    assert fired(run) == [("torch.optimizer_step", 2)]
+    assert {site for site, _ in run.reached} & LOOP_SITES == {"torch.optimizer_step"}
+
+
+def fabric_loop(tmp_path: Path) -> float:
+    fabric_module = pytest.importorskip("lightning.fabric")
+    fabric = fabric_module.Fabric(accelerator="cpu", devices=1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = fabric.setup(model, opt)
+    loader = fabric.setup_dataloaders(DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=2))
+    for (x,) in loader:
+        loss = model(x).pow(2).mean()
+        fabric.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        fabric.save(tmp_path / "state.ckpt", {"model": model})
+    fabric.barrier()
+    return float(loss.detach())
+
+
+@pytest.mark.parametrize(
+    ("site", "step"),
+    [
+        ("fabric.forward", 0),
+        ("fabric.backward", 1),
+        ("fabric.optimizer_step", 2),
+        ("fabric.save", 3),
+        ("torch.next_batch", 0),
+    ],
+)
+def test_each_fabric_site_fires_at_its_step(tmp_path: Path, site: str, step: int) -> None:
+    schedule = Schedule([Raise("ValueError", ("injected",), site=site, step=step)])
+    with pytest.raises(ValueError, match="injected"), chaoslight.inject(schedule) as run:
+        fabric_loop(tmp_path)
+    assert fired(run) == [(site, step)]
+
+
+def test_fabric_setup_has_no_step_and_the_originals_come_back(tmp_path: Path) -> None:
+    from lightning.fabric import Fabric
+    from lightning.fabric.wrappers import _FabricModule, _FabricOptimizer
+
+    originals: dict[str, Callable[..., Any]] = {
+        "backward": Fabric.backward,
+        "save": Fabric.save,
+        "forward": _FabricModule.forward,
+        "step": _FabricOptimizer.step,
+        "autograd": torch.autograd.backward,
+    }
+    # fabric.save ends in a barrier at every step; the loop's own barrier is after the
+    # last batch's fetch ended the DataLoader, which began a step past the last.
+    at_end = Delay(0.0, site="fabric.barrier", step=STEPS)
+    schedule = Schedule([Delay(0.0, site="fabric.setup"), at_end])
+    with chaoslight.inject(schedule) as run:
+        loss = fabric_loop(tmp_path)
+    assert math.isfinite(loss)
+    assert fired(run) == [("fabric.setup", None), ("fabric.barrier", STEPS)]
+    after = {
+        "backward": Fabric.backward,
+        "save": Fabric.save,
+        "forward": _FabricModule.forward,
+        "step": _FabricOptimizer.step,
+        "autograd": torch.autograd.backward,
+    }
+    assert after == originals
+    from torch.optim import optimizer
+
+    assert not optimizer._global_optimizer_pre_hooks
+    assert not optimizer._global_optimizer_post_hooks
