@@ -235,3 +235,64 @@ def test_fabric_setup_has_no_step_and_the_originals_come_back(tmp_path: Path) ->
 
     assert not optimizer._global_optimizer_pre_hooks
     assert not optimizer._global_optimizer_post_hooks
+
+
+# -- in a World: real 2-rank loops -----------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 30.0
+
+
+def loop_target(name: str) -> str:
+    return f"{ROOT}/tests/loop_targets.py:{name}"
+
+
+@pytest.mark.slow
+def test_a_plain_loops_caught_oom_is_found_and_named_with_its_step(world2: Any) -> None:
+    """The bug a Trainer program's caught OOM has, in a plain DDP loop: the OOM fires at
+    the loop's step 1 on rank 0, which catches it and skips; the verdict names it."""
+    from chaoslight import judge
+
+    schedule = Schedule.parse("oom@torch.backward rank=0 step=1")
+    outcome = world2.run(loop_target("plain_caught_oom"), schedule, timeout=TIMEOUT)
+    verdict = judge(outcome)
+    assert verdict.failed, outcome.report()
+    assert "rank 0 caught the injected oom@torch.backward rank=0 step=1" in verdict.reason
+    assert ("torch.backward", 1) in [(e.site, e.step) for e in outcome.events if e.kind == FIRED]
+
+
+@pytest.mark.slow
+def test_a_fabric_loops_reach_and_a_frozen_rank_judged_as_a_trainers(world2: Any) -> None:
+    """The baseline records a Fabric loop's reach (steps 0..3 at its forward, a loop); a
+    rank frozen for good at its backward leaves its peer waiting in DDP's gradient
+    all-reduce, which a correct program does: no finding."""
+    from chaoslight import judge
+    from chaoslight._search._reach import Reach
+
+    baseline = world2.run(
+        loop_target("fabric_train"), Schedule(), timeout=TIMEOUT, checks=[ReachRecorder()]
+    )
+    assert baseline.passed, baseline.report()
+    reach = Reach.from_outcome(baseline)
+    assert reach is not None and reach.loop
+    steps = sorted(step for site, step in reach.points if site == "fabric.forward")
+    assert steps == list(range(STEPS))
+    assert "fabric.save" in reach.user
+
+    frozen = Schedule.parse("freeze@fabric.backward rank=0 step=1")
+    outcome = world2.run(loop_target("fabric_train"), frozen, timeout=TIMEOUT)
+    verdict = judge(outcome)
+    assert not verdict.failed, (verdict.reason, outcome.report())
+
+
+def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing() -> None:
+    from chaoslight._runtime._protocol import check_from_name
+    from chaoslight._search._coverage import coverage
+    from chaoslight._search._reach import Reach
+
+    checks = [check_from_name("replicas-in-sync"), check_from_name("no-hang")]
+    loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
+    line = loop.line()
+    assert "no Trainer ran" in line and "replicas-in-sync" in line
+    assert "no-hang" not in line.split("but", 1)[1]  # judged from the ranks' ends: it did
+    fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
+    assert "no Trainer ran" not in fit.line()

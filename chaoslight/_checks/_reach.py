@@ -143,10 +143,12 @@ class ReachRecorder(Check):
                 return
             steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
             user = sorted(site for site in steps if site.startswith("fabric."))
-            record(engine, None, steps, user)
+            record(engine, None, steps, user, loop=True)
 
-        def record(engine: Any, trainer: Any, steps: dict[str, Any], user: list[str]) -> None:
-            facts = {"steps": steps, "user": user}
+        def record(
+            engine: Any, trainer: Any, steps: dict[str, Any], user: list[str], loop: bool = False
+        ) -> None:
+            facts: dict[str, Any] = {"steps": steps, "user": user, "loop": loop}
             if isinstance(engine.tracer, CallPaths):
                 facts.update(engine.tracer.facts())
             observe(check.name, trainer, facts)

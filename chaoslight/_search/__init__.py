@@ -117,7 +117,7 @@ def fuzz(
             on_warning=getattr(shown, "warn", None),
         )
         result = campaign.execute()
-    result.coverage = coverage(job.reach, result.tried)
+    result.coverage = coverage(job.reach, result.tried, job.checks)
     return result, _failure(job, result)
 
 

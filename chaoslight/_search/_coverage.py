@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from chaoslight._schedule import Schedule
 from chaoslight._search._reach import Reach
@@ -19,6 +20,9 @@ class Coverage:
     tried: int  # of those, points at least one schedule put a fault on
     examples: int  # schedules run, baseline and replays included
     kinds: dict[str, int] = field(default_factory=dict)  # faults drawn per kind
+    # In a loop no Trainer runs: the checks that follow a Trainer's hooks, which saw
+    # nothing of it (said once, rather than passing in silence).
+    unjudged: tuple[str, ...] = ()
 
     def line(self) -> str:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
@@ -27,13 +31,25 @@ class Coverage:
             if self.reached
             else f"faults at {self.tried} (site, step) points (no reach was recorded)"
         )
-        return f"explored: {where}; {self.examples} runs; kinds tried: {kinds or 'none'}"
+        line = f"explored: {where}; {self.examples} runs; kinds tried: {kinds or 'none'}"
+        if self.unjudged:
+            line += (
+                "\nnote: no Trainer ran (a Fabric or plain PyTorch loop): its steps are its "
+                "optimizer steps; hangs, errors and crashes were judged, but "
+                f"{', '.join(self.unjudged)} follow a Trainer's hooks and judged nothing here"
+            )
+        return line
 
 
-def coverage(reach: Reach | None, tried: Iterable[Schedule]) -> Coverage:
+def coverage(
+    reach: Reach | None, tried: Iterable[Schedule], checks: Iterable[Any] = ()
+) -> Coverage:
     schedules = list(tried)
     points = {(f.site, f.step) for schedule in schedules for f in schedule}
     reached = set(reach.points) if reach is not None else set()
     kinds = Counter(f.kind for schedule in schedules for f in schedule)
     on_reached = len(points & reached) if reached else len(points)
-    return Coverage(len(reached), on_reached, len(schedules), dict(kinds))
+    unjudged = (
+        tuple(c.name for c in checks if c.observer() is not None) if reach and reach.loop else ()
+    )
+    return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged)

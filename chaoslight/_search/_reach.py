@@ -78,6 +78,7 @@ class Reach:
     # (``_search/_caught.py``), and why a handler or class there was left out.
     caught: tuple[Caught, ...] = ()
     notes: tuple[str, ...] = ()
+    loop: bool = False  # the run was a loop no Trainer ran (Fabric, plain PyTorch)
 
     @classmethod
     def from_outcome(cls, outcome: Any) -> Reach | None:
@@ -86,12 +87,13 @@ class Reach:
         user: set[str] = set()
         paths: dict[str, list[list[CallFrame]]] = {}
         modules: dict[str, Any] = {}
-        found = False
+        found = loop = False
         for event in outcome.events:
             if event.kind != OBSERVATION or event.site != "reach":
                 continue
             found = True
             facts = _facts(event)
+            loop = loop or facts.get("loop") is True
             user.update(facts.get("user", ()))
             for site, steps in facts.get("steps", {}).items():
                 seen.update((site, step) for step in steps if site in SITES)
@@ -103,7 +105,7 @@ class Reach:
             return None
         caught, notes = caught_errors(paths, modules)
         points = tuple(sorted(_with_gradient_sync(seen), key=_order))
-        return cls(points, frozenset(user), caught, notes)
+        return cls(points, frozenset(user), caught, notes, loop)
 
     def shard(self, index: int, count: int) -> Reach:
         """This worker's share of the points: disjoint across ``index`` 0..count-1."""

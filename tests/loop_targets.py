@@ -1,0 +1,61 @@
+"""Targets for the World tests of loops that no Trainer runs (``test_loop_steps.py``):
+2-rank programs written on plain PyTorch DDP and on Lightning Fabric."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+STEPS = 4
+
+
+def _data() -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(STEPS * 4, 8, generator=generator), torch.randn(STEPS * 4, 1))
+
+
+def plain_caught_oom() -> float:
+    """A plain DDP loop that skips its step on the rank whose backward runs out of memory:
+    the rank that skips never joins that step's gradient all-reduce (the bug). The process
+    group is the World's (``dist`` is up when the target runs)."""
+    assert dist.is_initialized()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, shuffle=False))
+    for x, y in loader:
+        try:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+        except torch.cuda.OutOfMemoryError:
+            opt.zero_grad()
+            continue
+        opt.step()
+        opt.zero_grad()
+    # No collective after the loop: the rank that skipped returns, its peer waits in the
+    # last step's gradient all-reduce (with one, the two would meet mismatched collectives).
+    return float(loss.detach())
+
+
+def fabric_train() -> float:
+    """A correct Fabric DDP loop with a checkpoint each step and a reduced loss."""
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    fabric.launch()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    model, opt = fabric.setup(model, opt)
+    loader = fabric.setup_dataloaders(DataLoader(_data(), batch_size=2))
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        fabric.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        fabric.save("state.ckpt", {"model": model, "optimizer": opt})
+    return float(fabric.all_reduce(loss.detach(), reduce_op="mean"))
