@@ -205,6 +205,51 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
     assert "rank 1 step   1 fired    delay@dist.gradient_allreduce" in result.stderr
 
 
+@pytest.mark.slow
+def test_run_arms_a_plain_pytorch_script_under_torchrun_at_its_loop_steps(tmp_path: Path) -> None:
+    """A script with no Lightning, its own init_process_group, unchanged: the faults fire
+    at the loop's steps (its optimizer steps), on the ranks the schedule names."""
+    events = tmp_path / "events"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chaoslight._cli",
+            "run",
+            "--schedule",
+            str(REPO / "examples" / "schedules" / "plain_straggler.txt"),
+            "--timeout",
+            "240",
+            "--events-dir",
+            str(events),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            str(REPO / "examples" / "torchrun_plain.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    fired = [
+        (e["rank"], e["site"], e["step"])
+        for p in events.glob("*.jsonl")
+        for e in map(json.loads, p.read_text().splitlines())
+        if e["kind"] == "fired"
+    ]
+    assert sorted(fired) == [(0, "dist.all_reduce", 2), (1, "torch.optimizer_step", 1)], (
+        result.stdout[-2000:] + result.stderr[-4000:]
+    )
+    assert "rank 0: loss" in result.stdout and "rank 1: loss" in result.stdout
+
+
 # -- fuzz and replay: what they print about a failure, and the timeline ----------------------
 def two_rank_failure() -> tuple[Any, Any]:
     """A verdict and an outcome as a traced replay returns them: rank 1 raised by a fault
