@@ -296,3 +296,16 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     assert "no-hang" not in line.split("but", 1)[1]  # judged from the ranks' ends: it did
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
+
+
+def test_fabric_sites_are_patched_in_both_namespaces_and_put_back() -> None:
+    """``lightning.fabric`` and the standalone ``lightning_fabric`` are separate copies: a
+    program on either is reached, and both come back as they were."""
+    import wrapt
+
+    spaces = [pytest.importorskip(name) for name in ("lightning.fabric", "lightning_fabric")]
+    before = [vars(space.Fabric)["backward"] for space in spaces]
+    with chaoslight.inject(Schedule([Delay(0.0, site="fabric.backward")])):
+        during = [vars(space.Fabric)["backward"] for space in spaces]
+        assert all(isinstance(method, wrapt.FunctionWrapper) for method in during)
+    assert [vars(space.Fabric)["backward"] for space in spaces] == before
