@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from chaoslight import Event, Outcome, Schedule, judge
 from chaoslight._checks._facts import FACTS, framework_facts
-from chaoslight._report import FAILED, PASSED
+from chaoslight._report import FAILED, HUNG, PASSED
 from chaoslight._report._records import RankResult
 from chaoslight._runtime import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
@@ -231,7 +231,9 @@ def test_framework_facts_record_the_release_and_shape_a_fit_runs(tmp_path: Any) 
         callbacks=[FrameworkFacts().observer()],
     )
     trainer.fit(Manual(), DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2))
-    assert seen == [facts(lightning.__version__, automatic_optimization=False)]
+    assert seen == [
+        facts(lightning.__version__, automatic_optimization=False, val_check_seconds=None)
+    ]
 
 
 # -- max_steps and an epoch-end checkpoint: FitLoop.on_run_start (PR #12821) -----------------
@@ -418,3 +420,63 @@ def test_framework_facts_record_an_epoch_end_resume_as_lightning_counts_it(
     assert (seen[1]["max_steps"] != -1) == by_steps and seen[0]["max_steps"] == (
         2 if by_steps else -1
     )
+
+
+# -- a time-based val_check_interval decided per rank (Lightning 2.6) ------------------------
+TIMED = "lightning-time-validation-apart"
+_EVAL_FRAME = (
+    'File "/venv/lib/python3.11/site-packages/lightning/pytorch/loops/evaluation_loop.py", '
+    "line 145 in run\n"
+)
+_TRAIN_FRAME = (
+    'File "/venv/lib/python3.11/site-packages/lightning/pytorch/loops/'
+    'training_epoch_loop.py", line 200 in advance\n'
+)
+
+
+def timed_run(version: str, seconds: float | None, ranks: tuple[RankResult, ...]) -> Outcome:
+    events = [
+        event(OBSERVATION, FACTS, r.rank, 0, json.dumps(facts(version, val_check_seconds=seconds)))
+        for r in ranks
+    ]
+    return Outcome(HUNG, ranks, events, 1.0, Schedule(), "t.py:train", 60.0, ())
+
+
+@pytest.mark.parametrize(
+    "peer",
+    [
+        RankResult(1, PASSED),
+        RankResult(1, HUNG, stacks=f"Thread 0x1 (most recent call first):\n  {_TRAIN_FRAME}"),
+    ],
+)
+def test_ranks_apart_at_a_time_based_validation_are_lightnings(peer: RankResult) -> None:
+    validating = RankResult(
+        0, HUNG, stacks=f"Thread 0x1 (most recent call first):\n  {_EVAL_FRAME}"
+    )
+    outcome = timed_run("2.6.6", 0.3, (validating, peer))
+    assert key(outcome) == TIMED
+    verdict = judge(outcome)  # failed, and the framework's: reported apart, the search goes on
+    assert verdict.known is not None
+    assert (
+        verdict.known.issue.key == TIMED and "number of batches" in verdict.known.issue.workaround
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "seconds", "stacks"),
+    [
+        ("2.6.6", None, _EVAL_FRAME),  # validation scheduled by batches: the program's
+        ("2.5.6", 0.3, _EVAL_FRAME),  # no time-based validation in that release
+        ("2.6.6", 0.3, _TRAIN_FRAME),  # both ranks hung in training: not this decision
+    ],
+)
+def test_a_hang_outside_that_shape_stays_the_programs(
+    version: str, seconds: float | None, stacks: str
+) -> None:
+    hung = RankResult(0, HUNG, stacks=f"Thread 0x1 (most recent call first):\n  {stacks}")
+    other = RankResult(1, HUNG, stacks=f"Thread 0x1 (most recent call first):\n  {stacks}")
+    outcome = timed_run(
+        version, seconds, (hung, other) if stacks == _TRAIN_FRAME else (hung, RankResult(1, PASSED))
+    )
+    assert key(outcome) is None
+    assert judge(outcome).failed

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from chaoslight import Event, Schedule, World
+from chaoslight import Event, Schedule, World, judge
 from chaoslight._runtime._events import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
-from chaoslight.checks import Evidence, LearnedInvariants, RankView
+from chaoslight.checks import Evidence, FrameworkFacts, LearnedInvariants, RankView
 
 NAME = LearnedInvariants.name
 TARGET = "program.py:train"
@@ -243,10 +243,18 @@ def test_a_correct_batchnorm_dropout_program_is_clean_under_benign_faults(
 
 @pytest.mark.slow
 def test_time_based_validation_is_clean_under_a_straggler(world2: World) -> None:
-    """Lightning validates by the clock: the RNG draws follow timing, and are not judged."""
+    """Lightning validates by the clock: the RNG draws follow timing, and are not judged.
+
+    Each rank asks its own clock (Lightning 2.6), so now and then (a loaded machine) the
+    ranks validate at different batches and hang: Lightning's bug, which the known issue
+    claims; never a learned-invariants finding."""
     target = f"{Path(__file__).resolve().parent / 'learned_targets.py'}:timed_validation"
     check = LearnedInvariants()
     for schedule in ("", "", DELAY, "delay@lightning.training_step rank=0 step=5 seconds=1.0"):
         plan = Schedule.parse(schedule) if schedule else Schedule()
-        outcome = world2.run(target, plan, timeout=60, checks=[check])
-        assert outcome.status == "passed", outcome.report()
+        outcome = world2.run(target, plan, timeout=60, checks=[check, FrameworkFacts()])
+        assert not [v for v in outcome.violations if v.check == check.name], outcome.report()
+        if outcome.status != "passed":
+            verdict = judge(outcome)
+            assert verdict.known is not None, outcome.report()
+            assert verdict.known.issue.key == "lightning-time-validation-apart", outcome.report()

@@ -56,7 +56,17 @@ def framework_facts(trainer: Any, module: Any) -> dict[str, Any]:
         # written inside on_train_batch_end (ModelCheckpoint(every_n_train_steps=...)).
         "processed": int(progress.processed),
         "completed": int(progress.completed),
+        # Lightning 2.6's time-based val_check_interval (seconds), decided per rank by its
+        # own clock; None where validation is scheduled by batches.
+        "val_check_seconds": _seconds(getattr(trainer, "_val_check_time_interval", None)),
     }
+
+
+def _seconds(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def epoch_facts(trainer: Any) -> dict[str, Any]:

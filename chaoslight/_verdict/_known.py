@@ -10,7 +10,8 @@ matches no entry stays the user's, even when every frame is in Lightning.
 Adding an issue is one ``KnownIssue(...)`` in ``KNOWN_ISSUES`` (and its test). What an
 issue is and how a run's release is found: ``_known_issue.py``; the signatures, by
 concept: ``_known_sigterm.py`` (Lightning's SIGTERM path), ``_known_workers.py`` (a
-group SIGTERM), ``_known_silent.py`` (damage a check sees); where a rank was:
+group SIGTERM), ``_known_silent.py`` (damage a check sees), ``_known_schedule.py`` (a decision the
+ranks take apart); where a rank was:
 ``_known_frames.py``.
 """
 
@@ -30,6 +31,7 @@ from chaoslight._verdict._known_issue import (
     package_of,
     parse_version,
 )
+from chaoslight._verdict._known_schedule import time_based_validation_apart
 from chaoslight._verdict._known_sigterm import (
     broadcast_or_alone,
     exit_zero_on_sigterm,
@@ -194,6 +196,30 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "sys.exit(143)` after it (examples/known_issues/sigterm_exit_zero.py:train_fixed)"
         ),
         claims=exit_zero_on_sigterm,
+    ),
+    KnownIssue(
+        key="lightning-time-validation-apart",
+        package="pytorch-lightning",
+        versions=("2.6.0", "2.6.99"),
+        title=(
+            "a time-based val_check_interval is decided by each rank's own clock: under DDP "
+            "the ranks validate at different batches and their collectives part"
+        ),
+        signature=(
+            "every rank recorded a time-based val_check_interval (the framework-facts "
+            "observations), and one rank hung inside Lightning's evaluation loop while a peer "
+            "trained on or had ended, or a rank died of gloo's size-mismatch abort"
+        ),
+        reference=(
+            "lightning/pytorch/loops/training_epoch_loop.py, _should_check_val_fx: "
+            "time.monotonic() - trainer._last_val_time >= interval, per rank, with no "
+            "collective agreeing on it"
+        ),
+        workaround=(
+            "under DDP give val_check_interval as a number of batches (an int) or a "
+            "fraction of the epoch (a float): every rank then counts the same batches"
+        ),
+        claims=time_based_validation_apart,
     ),
     KnownIssue(
         key="lightning-static-graph-manual-sync",
