@@ -219,7 +219,7 @@ def test_ctrl_c_ends_run_and_its_job(cwd: Path, tmp_path: Path) -> None:
 def test_a_ctrl_c_python_dropped_is_raised_again() -> None:
     """A KeyboardInterrupt raised inside a garbage collector's callback (where Python drops
     it with "Exception ignored", as it did in Hypothesis's during a search) is raised again
-    in the main thread within a fraction of a second while a command runs, without Python's
+    in the main thread while a command runs (here: before a 5 s sleep ends), without Python's
     traceback; the hook that does it is gone after."""
     from chaoslight._cli import _interrupts_never_swallowed
 
@@ -246,7 +246,10 @@ def test_a_ctrl_c_python_dropped_is_raised_again() -> None:
                 time.sleep(5)
             finally:
                 gc.callbacks.remove(callback)
-        assert raised and time.monotonic() - started < 2.0
+        # Raised again, not left lost until the sleep ends (5 s). The bound is the sleep's,
+        # not a fixed fraction of it: gc.collect() of a big test process on a loaded
+        # machine took 2.4 s once (fresh-clone run fc11).
+        assert raised and time.monotonic() - started < 4.5
         assert not printed  # no "Exception ignored" traceback for a Ctrl-C that is not lost
         assert sys.unraisablehook is recorder  # ours is gone
     finally:
