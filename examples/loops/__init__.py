@@ -1,0 +1,64 @@
+"""Training loops that no Trainer runs: Lightning Fabric and plain PyTorch DDP programs.
+
+Each ``examples/loops/<name>.py`` is a small 2-rank program (CPU, gloo, the process group
+already up). A program with a bug defines ``train_buggy`` and its corrected twin
+``train_fixed``; a correct program of another shape defines ``train``. ``LOOPS`` lists
+them with the schedule that reveals each bug (empty: it shows with no fault); the
+schedules use the loop's steps (its optimizer steps: ``docs/explanation/injection.md``).
+Importing this package needs neither torch nor Lightning. See README.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    bug: str  # "" for a correct program of another shape (target ``train``)
+    reveals: str = ""  # the schedule that shows the bug (text form); "" shows it with none
+
+    def target(self, function: str) -> str:
+        return f"{HERE / (self.name + '.py')}:{function}"
+
+    @property
+    def correct(self) -> tuple[str, ...]:
+        return ("train_fixed",) if self.bug else ("train",)
+
+
+LOOPS: tuple[Loop, ...] = (
+    Loop(
+        "plain_caught_oom",
+        "an OOM caught around the backward skips the step on one rank",
+        "oom@torch.backward rank=0 step=1",
+    ),
+    Loop(
+        "plain_rank0_save_race",
+        "rank 0 writes a file every rank reads, with no barrier between",
+        "delay@torch.save rank=0 seconds=1.0",
+    ),
+    Loop(
+        "plain_inplace_checkpoint",
+        "the checkpoint is written in place: a crash mid-write loses it for the restart",
+        "restarts 1\ncrash@torch.save rank=0 step=3",
+    ),
+    Loop(
+        "fabric_caught_oom",
+        "an OOM caught around the forward skips the batch on one rank",
+        "oom@fabric.forward rank=1 step=0",
+    ),
+    Loop("fabric_rank0_save", "fabric.save (collective) called on rank 0 only"),
+    Loop(
+        "fabric_sigterm_save",
+        "a SIGTERM handler's emergency save on the rank it reached, alone",
+        "preempt@torch.backward rank=1 step=2",
+    ),
+    Loop("fabric_ok_accumulate", ""),
+    Loop("fabric_ok_validation", ""),
+    Loop("plain_ok_two_optimizers", ""),
+    Loop("plain_ok_epochs_resume", ""),
+)
