@@ -240,6 +240,13 @@ def test_a_starved_gloo_thread_keeps_the_process_awake() -> None:
     assert not asleep({**before, GLOO: runnable}, {**after, GLOO: runnable}, MAIN, WINDOW_S)
 
 
+def test_a_thread_in_the_kernels_uninterruptible_wait_keeps_the_process_awake() -> None:
+    """gloo's thread copying into fresh memory on a machine short of it faults its pages in
+    (``D``), accruing neither CPU nor run-queue time: working, not asleep (fresh-clone run
+    fc12 read a long all_gather as blocked)."""
+    assert not asleep(*threads(gloo=("D", 0, 0, 0)), MAIN, WINDOW_S)
+
+
 def test_a_backward_that_computes_is_not_asleep() -> None:
     """In autograd, computing: the main thread runs, or waits at an op's end for an intra-op
     thread that computes or is starved; never asleep."""

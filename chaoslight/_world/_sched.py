@@ -81,7 +81,12 @@ def read_threads(skip: int) -> dict[int, Reading] | None:
 def wanted_cpu(before: Reading | None, after: Reading, window_s: float) -> bool:
     """Whether a thread read as ``before`` and, ``window_s`` later, as ``after`` wanted a
     CPU: it ran or waited for one a ``BUSY_FRACTION`` of the window, or waited all along.
-    Without ``before`` (a thread new since), only a runnable thread did."""
+    Without ``before`` (a thread new since), only a runnable thread did. A thread in the
+    kernel's uninterruptible wait (``D``: faulting pages in, reclaiming memory for them,
+    disk I/O) works for the process, though it accrues neither counter: a copy into fresh
+    memory on a machine short of it sat there in a fresh-clone run, and read as asleep."""
+    if after.state == "D":
+        return True
     if after.state == "R" and (before is None or after.wait_ns is None):
         return True  # runnable, and no wait counter to tell starved from running
     if before is None:
