@@ -224,6 +224,17 @@ FIX_LINES: tuple[FixLine, ...] = (
     FixLine("restart/resume_fallback.py:train_buggy", "except Exception as error:  # the bug"),
     FixLine("restart/side_checkpoint.py:train_buggy", 'with open(SIDE, "wb") as handle:'),
     FixLine("restart/warmup_counter.py:train_buggy", "class WarmUp(pl.Callback):"),
+    # examples/loops: Fabric and plain PyTorch loops
+    FixLine("loops/plain_caught_oom.py:train_buggy", "continue  # the bug", "_train"),
+    FixLine("loops/plain_rank0_save_race.py:train_buggy", "if wait:", "_train"),
+    FixLine("loops/plain_inplace_checkpoint.py:train_buggy", "torch.save(state, PATH)  #", "_save"),
+    FixLine("loops/fabric_caught_oom.py:train_buggy", "continue  # the bug", "_train"),
+    FixLine(
+        "loops/fabric_rank0_save.py:train_buggy",
+        "if step % 4 == 3 and (everyone or runner.global_rank == 0):",
+        "_train",
+    ),
+    FixLine("loops/fabric_sigterm_save.py:train_buggy", "if agree else stop", "_train"),
     # examples/known_issues: the one whose bug is the program's, not Lightning's
     FixLine("known_issues/preemption_own_bug.py:train_buggy", "if self.rank_zero_only:  # the bug"),
 )

@@ -33,6 +33,9 @@ def main() -> None:
         reduced = loss.detach().clone()
         dist.all_reduce(reduced)  # the loss every rank logs: this step's
     print(f"rank {dist.get_rank()}: loss {float(reduced) / dist.get_world_size():.4f}")
+    # Both ranks reach the end before either tears the group down: a rank whose peer has
+    # already exited may wait in gloo's teardown until the job's deadline.
+    dist.barrier()
     dist.destroy_process_group()
 
 
