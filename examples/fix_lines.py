@@ -235,6 +235,18 @@ FIX_LINES: tuple[FixLine, ...] = (
         "_train",
     ),
     FixLine("loops/fabric_sigterm_save.py:train_buggy", "if agree else stop", "_train"),
+    FixLine("loops/fabric_error_report.py:train_buggy", "elif rank == 0:  # the bug", "_report"),
+    FixLine("loops/plain_error_flush.py:train_buggy", "elif rank == 0:  # the bug", "_train"),
+    FixLine(
+        "loops/plain_sigterm_barrier.py:train_buggy", "_emergency_save(net)  # the bug", "_train"
+    ),
+    FixLine("loops/fabric_spike_reduce.py:train_buggy", "if not every_step:  # the bug", "_train"),
+    FixLine("loops/fabric_resume_scheduler.py:train_buggy", "# the bug is its absence", "_train"),
+    FixLine(
+        "loops/plain_resume_sampler_epoch.py:train_buggy",
+        "sampler.set_epoch(epoch + 1)  # the bug",
+        "_train",
+    ),
     # examples/known_issues: the one whose bug is the program's, not Lightning's
     FixLine("known_issues/preemption_own_bug.py:train_buggy", "if self.rank_zero_only:  # the bug"),
 )

@@ -5,7 +5,9 @@ already up). A program with a bug defines ``train_buggy`` and its corrected twin
 ``train_fixed``; a correct program of another shape defines ``train``. ``LOOPS`` lists
 them with the schedule that reveals each bug (empty: it shows with no fault); the
 schedules use the loop's steps (its optimizer steps: ``docs/explanation/injection.md``).
-Importing this package needs neither torch nor Lightning. See README.md.
+A ``silent`` bug fails nothing under its schedule (a resume that loses state): the
+restarted job only returns another value than the fault-free run, which no loop check
+compares yet. Importing this package needs neither torch nor Lightning. See README.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Loop:
     name: str
     bug: str  # "" for a correct program of another shape (target ``train``)
     reveals: str = ""  # the schedule that shows the bug (text form); "" shows it with none
+    silent: bool = False  # under ``reveals`` the buggy twin passes but returns another value
 
     def target(self, function: str) -> str:
         return f"{HERE / (self.name + '.py')}:{function}"
@@ -57,8 +60,44 @@ LOOPS: tuple[Loop, ...] = (
         "a SIGTERM handler's emergency save on the rank it reached, alone",
         "preempt@torch.backward rank=1 step=2",
     ),
+    Loop(
+        "fabric_spike_reduce",
+        "the loss is all-reduced only when the rank's own loss spikes",
+        "flip@fabric.forward rank=0 step=2",
+    ),
+    Loop(
+        "fabric_error_report",
+        "an error handler all-reduces a crash report's loss on rank 0 only",
+        "raise@fabric.backward rank=0 step=2 exception=RuntimeError",
+    ),
+    Loop(
+        "fabric_resume_scheduler",
+        "the resumable checkpoint forgets the LR scheduler",
+        "restarts 1\ncrash@torch.optimizer_step rank=0 step=7",
+        silent=True,
+    ),
+    Loop(
+        "plain_resume_sampler_epoch",
+        "a resumed epoch is read in epoch 0's order (set_epoch only at epoch ends)",
+        "restarts 1\ncrash@torch.optimizer_step rank=0 step=13",
+        silent=True,
+    ),
+    Loop(
+        "plain_sigterm_barrier",
+        "a SIGTERM handler saves and waits in dist.barrier on the rank it reached",
+        "preempt@torch.backward rank=1 step=2",
+    ),
+    Loop(
+        "plain_error_flush",
+        "an error handler reduces the pending metrics on rank 0 only",
+        "oom@torch.backward rank=0 step=2",
+    ),
     Loop("fabric_ok_accumulate", ""),
     Loop("fabric_ok_validation", ""),
+    Loop("fabric_ok_all_gather", ""),
+    Loop("fabric_ok_iterable", ""),
     Loop("plain_ok_two_optimizers", ""),
     Loop("plain_ok_epochs_resume", ""),
+    Loop("plain_ok_no_sync", ""),
+    Loop("plain_ok_iterable_validation", ""),
 )

@@ -32,7 +32,7 @@ def model() -> torch.nn.Module:
 def sharded_loader(epoch: int = 0, data: TensorDataset | None = None) -> DataLoader:
     """A plain loop's loader: each rank reads its shard, reshuffled per epoch."""
     data = data or dataset()
-    sampler = DistributedSampler(data, shuffle=True, seed=0)
+    sampler: DistributedSampler[int] = DistributedSampler(data, shuffle=True, seed=0)
     sampler.set_epoch(epoch)
     return DataLoader(data, batch_size=BATCH, sampler=sampler)
 
