@@ -155,6 +155,31 @@ def test_run_arms_plain_python_process_and_merges_events(tmp_path: Path) -> None
     assert [e["site"] for e in logged if e["kind"] == "fired"] == ["torch.save"]
 
 
+def run_under_torchrun(schedule: Path, script: Path, cwd: Path) -> tuple[Any, list[Any]]:
+    """``chaoslight run --schedule S -- torchrun --nproc-per-node 2 SCRIPT``: the result and
+    the (rank, site, step) of every fired event in the ranks' logs."""
+    events = cwd / "events"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "chaoslight._cli", "run", "--schedule", str(schedule)),
+            *("--timeout", "240", "--events-dir", str(events), "--"),
+            *(sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"),
+            *("--master-port", str(free_port()), str(script)),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    fired = [
+        (e["rank"], e["site"], e["step"])
+        for p in events.glob("*.jsonl")
+        for e in map(json.loads, p.read_text().splitlines())
+        if e["kind"] == "fired"
+    ]
+    return result, sorted(fired)
+
+
 @pytest.mark.slow
 def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
     """`chaoslight run -- torchrun --nproc-per-node 2` fires each rank's fault in that rank."""
@@ -163,42 +188,10 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
         "delay@dist.gradient_allreduce rank=1 step=1 seconds=0.2\n"
         "delay@lightning.on_train_batch_end rank=0 step=2 seconds=0.1\n"
     )
-    events = tmp_path / "events"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "chaoslight._cli",
-            "run",
-            "--schedule",
-            str(schedule),
-            "--timeout",
-            "240",
-            "--events-dir",
-            str(events),
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            str(free_port()),
-            str(REPO / "examples" / "torchrun_train.py"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    script = REPO / "examples" / "torchrun_train.py"
+    result, fired = run_under_torchrun(schedule, script, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    fired = [
-        (e["rank"], e["site"], e["step"])
-        for p in events.glob("*.jsonl")
-        for e in map(json.loads, p.read_text().splitlines())
-        if e["kind"] == "fired"
-    ]
-    assert sorted(fired) == [
+    assert fired == [
         (0, "lightning.on_train_batch_end", 2),
         (1, "dist.gradient_allreduce", 1),
     ], result.stdout[-2000:] + result.stderr[-4000:]
@@ -209,42 +202,10 @@ def test_run_torchrun_fires_in_both_ranks(tmp_path: Path) -> None:
 def test_run_arms_a_plain_pytorch_script_under_torchrun_at_its_loop_steps(tmp_path: Path) -> None:
     """A script with no Lightning, its own init_process_group, unchanged: the faults fire
     at the loop's steps (its optimizer steps), on the ranks the schedule names."""
-    events = tmp_path / "events"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "chaoslight._cli",
-            "run",
-            "--schedule",
-            str(REPO / "examples" / "schedules" / "plain_straggler.txt"),
-            "--timeout",
-            "240",
-            "--events-dir",
-            str(events),
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            str(free_port()),
-            str(REPO / "examples" / "torchrun_plain.py"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    schedule = REPO / "examples" / "schedules" / "plain_straggler.txt"
+    result, fired = run_under_torchrun(schedule, REPO / "examples" / "torchrun_plain.py", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    fired = [
-        (e["rank"], e["site"], e["step"])
-        for p in events.glob("*.jsonl")
-        for e in map(json.loads, p.read_text().splitlines())
-        if e["kind"] == "fired"
-    ]
-    assert sorted(fired) == [(0, "dist.all_reduce", 2), (1, "torch.optimizer_step", 1)], (
+    assert fired == [(0, "dist.all_reduce", 2), (1, "torch.optimizer_step", 1)], (
         result.stdout[-2000:] + result.stderr[-4000:]
     )
     assert "rank 0: loss" in result.stdout and "rank 1: loss" in result.stdout
