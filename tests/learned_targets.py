@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,3 +62,30 @@ def timed_validation() -> float:
     model = Regressor()
     trainer.fit(model, DataLoader(_data(64), batch_size=4), DataLoader(_data(16), batch_size=4))
     return float(trainer.global_step)
+
+
+def _slow_epoch_rng(slow_s: float) -> Any:
+    """examples/bugs/slow_epoch_rng with its "slow epoch" threshold raised to ``slow_s``.
+
+    The example's 0.4 s is what a quiet machine needs; on a loaded one a fault-free epoch
+    can take that long, the fault-free references then disagree on the RNG themselves and
+    nothing is learned. A threshold no fault-free epoch reaches keeps the test about the
+    straggler, not about the machine's load."""
+    path = Path(__file__).resolve().parent.parent / "examples" / "bugs" / "slow_epoch_rng.py"
+    spec = importlib.util.spec_from_file_location("slow_epoch_rng_for_tests", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.SLOW_S = slow_s
+    return module
+
+
+SLOW_EPOCH_S = 2.0  # the straggler the test injects is longer; no fault-free epoch is
+
+
+def slow_epoch_rng_buggy() -> float:
+    return float(_slow_epoch_rng(SLOW_EPOCH_S).train_buggy())
+
+
+def slow_epoch_rng_fixed() -> float:
+    return float(_slow_epoch_rng(SLOW_EPOCH_S).train_fixed())
