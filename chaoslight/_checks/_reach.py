@@ -120,7 +120,7 @@ class ReachRecorder(Check):
             engine = _engine()
             if engine is None:
                 return
-            steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
+            steps = {site: seen for site, seen in engine.counts().steps_seen.items() if seen}
             user = user_sites(module, list(trainer.callbacks), trainer.datamodule)
             facts = {"steps": steps, "user": user}
             if isinstance(engine.tracer, CallPaths):
