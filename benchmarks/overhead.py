@@ -5,10 +5,11 @@ Trains the same small MLP with Lightning on CPU three ways, interleaved, several
   (a) plain ``trainer.fit``;
   (b) inside ``inject(Schedule())``: only the trainer tracking is patched;
   (c) inside ``inject(schedule)`` with a fault armed at every site of the catalogue, set to a
-      step the run never reaches, so every wrapper routes its calls through the engine.
+      step the run never reaches: every site is armed and none can fire, so each call
+      passes through its wrapper to the wrapped function, counted (``_runtime/_live.py``).
 
 and prints the median time of ``trainer.fit`` for each, and the ratios b/a and c/a
-(targets: <= 1.02 and <= 1.05).
+(targets: <= 1.02 and <= 1.03, issue 31).
 
     python benchmarks/overhead.py                  # 5 rounds of 300 steps, 1 torch thread
     python benchmarks/overhead.py --rounds 11 --steps 500 --threads 0
@@ -170,7 +171,7 @@ def main() -> None:
         fastest = [min(times[name]) / min(times[names[0]]) for name in names[1:]]
         b, c = ratios[clock]
         print(
-            f"{clock}: b/a = {b:.3f} (target <= 1.02)   c/a = {c:.3f} (target <= 1.05)   "
+            f"{clock}: b/a = {b:.3f} (target <= 1.02)   c/a = {c:.3f} (target <= 1.03)   "
             f"[median of per-round ratios {paired[0]:.3f}, {paired[1]:.3f}; "
             f"ratio of fastest runs {fastest[0]:.3f}, {fastest[1]:.3f}]"
         )
