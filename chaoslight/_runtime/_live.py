@@ -24,6 +24,7 @@ through the engine.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -34,7 +35,6 @@ from chaoslight._schedule._faults import Fault, ReorderReduction
 MAX_STEPS_SEEN = 512
 
 Indexed = tuple[int, Fault]
-_NO_STEP = -1  # no call's step (steps count from 0; None is before the first)
 
 
 class Liveness:
@@ -74,7 +74,6 @@ class Counts:
         self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
         self.reached: Counter[tuple[str, int]] = Counter()
         self.steps_seen: dict[str, list[int | None]] = {}
-        self._last_step: dict[str, int | None] = {}  # per site, the step of its last call
         self._seen: set[tuple[str, int | None]] = set()  # (site, step) in ``steps_seen``
 
     def add(self, site: str, rank: int, step: int | None, calls: int = 1) -> int:
@@ -83,11 +82,11 @@ class Counts:
         if site in self.in_step:
             self.calls_in_step[(site, step)] += calls
         self.reached[(site, rank)] += calls
-        if self._last_step.get(site, _NO_STEP) != step:
-            self._last_step[site] = step
+        at = (site, step)
+        if at not in self._seen:
             seen = self.steps_seen.setdefault(site, [])
-            if (site, step) not in self._seen and len(seen) < MAX_STEPS_SEEN:
-                self._seen.add((site, step))
+            if len(seen) < MAX_STEPS_SEEN:
+                self._seen.add(at)
                 seen.append(step)
         return self.calls[site]
 
@@ -96,24 +95,31 @@ class Tally:
     """Calls that passed straight through, per thread, until the engine counts them.
 
     A thread adds only to its own counter (``passed``), so no lock is taken on the way
-    through; ``fold``, under the engine's lock, only reads them and remembers how much of
-    each it has counted, so a call another thread adds meanwhile is counted next time.
+    through. ``fold`` runs under the engine's lock: it empties the folding thread's own
+    counter (that thread is not adding meanwhile), and only reads another thread's,
+    remembering how much of each site it has counted, so a call that thread adds
+    meanwhile is counted next time.
     """
 
     def __init__(self) -> None:
-        self._threads: list[tuple[Counter[str], Counter[str]]] = []  # (passed, counted)
+        # (thread ident, passed, counted): what the thread added, what was counted of it
+        self._threads: list[tuple[int, Counter[str], Counter[str]]] = []
 
     def counter(self) -> Counter[str]:
         """A new counter for the calling thread to add its calls to."""
         passed: Counter[str] = Counter()
-        self._threads.append((passed, Counter()))
+        self._threads.append((threading.get_ident(), passed, Counter()))
         return passed
 
     def fold(self, counts: Counts, rank: int, step: int | None) -> None:
         """Count what passed through since the last fold as calls at ``rank`` and ``step``."""
-        for passed, counted in list(self._threads):
+        me = threading.get_ident()
+        for ident, passed, counted in list(self._threads):
             for site, calls in list(passed.items()):
                 new = calls - counted[site]
                 if new:
                     counted[site] = calls
                     counts.add(site, rank, step, new)
+            if ident == me:  # only this thread adds to it: start it again, small
+                passed.clear()
+                counted.clear()
