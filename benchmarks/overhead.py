@@ -5,13 +5,15 @@ Trains the same small MLP with Lightning on CPU three ways, interleaved, several
   (a) plain ``trainer.fit``;
   (b) inside ``inject(Schedule())``: only the trainer tracking is patched;
   (c) inside ``inject(schedule)`` with a fault armed at every site of the catalogue, set to a
-      step the run never reaches, so every wrapper routes its calls through the engine.
+      step the run never reaches: every site is armed and none can fire, so each call
+      passes through its wrapper to the wrapped function, counted (``_runtime/_live.py``).
 
 and prints the median time of ``trainer.fit`` for each, and the ratios b/a and c/a
-(targets: <= 1.02 and <= 1.05).
+(targets: <= 1.02 and <= 1.03, issue 31).
 
     python benchmarks/overhead.py                  # 5 rounds of 300 steps, 1 torch thread
     python benchmarks/overhead.py --rounds 11 --steps 500 --threads 0
+    python benchmarks/overhead.py --opcodes        # opcodes per step: a count, not a time
 
 Both wall and CPU time (``time.process_time``) are reported: on a shared machine the
 CPU time of the process is the steadier measure of the work chaoslight adds.
@@ -26,6 +28,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -106,6 +109,44 @@ def time_fit(
     return elapsed
 
 
+def opcodes_per_step(context: Callable[[], Any]) -> tuple[float, float]:
+    """Python opcodes per step of a fit inside ``context()``: all, and chaoslight's and wrapt's
+    (the difference of a 60- and a 20-step fit, so the fit's set-up cancels out)."""
+    counts = Counter[bool]()
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes, frame.f_trace_lines = True, False
+        ours = "chaoslight" in frame.f_code.co_filename or "wrapt" in frame.f_code.co_filename
+
+        def opcode(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[ours] += 1
+            return opcode
+
+        return opcode
+
+    totals = []
+    for steps in (20, 60):
+        counts.clear()
+        sys.settrace(trace)
+        try:
+            time_fit(steps, loader(steps, 64), context)
+        finally:
+            sys.settrace(None)
+        totals.append((counts[True] + counts[False], counts[True]))
+    (all_20, ours_20), (all_60, ours_60) = totals
+    return (all_60 - all_20) / 40, (ours_60 - ours_20) / 40
+
+
+def count_opcodes(ways: dict[str, Callable[[], Any]]) -> None:
+    """Print each way's Python opcodes per step, and what chaoslight adds to the plain fit."""
+    counted = {name: opcodes_per_step(context) for name, context in ways.items()}
+    plain = counted[next(iter(ways))][0]
+    print("Python opcodes per training step (sys.settrace; C code such as torch's is not seen):")
+    for name, (every, ours) in counted.items():
+        print(f"  {name:<26} {every:8.0f}  chaoslight and wrapt {ours:6.0f}  x{every / plain:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -113,6 +154,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)"
+    )
+    parser.add_argument(
+        "--opcodes",
+        action="store_true",
+        help="count the Python opcodes each way executes per step instead of timing (load "
+        "on the machine does not move a count; about a minute)",
     )
     args = parser.parse_args()
     if args.threads:
@@ -131,6 +178,9 @@ def main() -> None:
     }
     for context in ways.values():  # warm-up: imports, first-call costs, allocator
         time_fit(min(args.steps, 50), data, context)
+    if args.opcodes:
+        count_opcodes(ways)
+        return
 
     names = list(ways)
     wall: dict[str, list[float]] = {name: [] for name in names}
@@ -170,7 +220,7 @@ def main() -> None:
         fastest = [min(times[name]) / min(times[names[0]]) for name in names[1:]]
         b, c = ratios[clock]
         print(
-            f"{clock}: b/a = {b:.3f} (target <= 1.02)   c/a = {c:.3f} (target <= 1.05)   "
+            f"{clock}: b/a = {b:.3f} (target <= 1.02)   c/a = {c:.3f} (target <= 1.03)   "
             f"[median of per-round ratios {paired[0]:.3f}, {paired[1]:.3f}; "
             f"ratio of fastest runs {fastest[0]:.3f}, {fastest[1]:.3f}]"
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -204,6 +205,24 @@ def changed(before: dict[Any, Any], after: dict[Any, Any]) -> list[Any]:
     """Keys whose object differs (by identity) between two ``patched_attributes`` snapshots."""
     keys = set(before) | set(after)
     return sorted(k for k in keys if before.get(k) is not after.get(k))
+
+
+# -- threads -----------------------------------------------------------------------------
+
+
+def saving(start: Any, calls: int, errors: list[BaseException]) -> Callable[[], None]:
+    """A thread's target: once ``start`` (a ``threading.Barrier``) lets it go, ``calls``
+    calls of ``torch.save``; what it raises goes to ``errors`` for the main thread."""
+
+    def save() -> None:
+        try:
+            start.wait(timeout=30)
+            for _ in range(calls):
+                torch.save(1, io.BytesIO())
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    return save
 
 
 # -- Hypothesis strategies for valid faults --------------------------------------------

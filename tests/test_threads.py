@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import saving
 
 import chaoslight
 from chaoslight import Delay, Raise, Schedule
@@ -90,17 +91,12 @@ def test_threads_hammering_a_site_are_all_counted_while_faults_fire_on_schedule(
     errors: list[BaseException] = []
     start = threading.Barrier(threads + 1)
 
-    def hammer() -> None:
-        try:
-            start.wait(timeout=30)
-            for _ in range(calls):
-                torch.save(1, io.BytesIO())
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
     outcomes: list[str] = []
     with chaoslight.inject(schedule, observe={"torch.save"}) as run:
-        workers = [threading.Thread(target=hammer, daemon=True) for _ in range(threads)]
+        workers = [
+            threading.Thread(target=saving(start, calls, errors), daemon=True)
+            for _ in range(threads)
+        ]
         for worker in workers:
             worker.start()
         start.wait(timeout=30)

@@ -129,7 +129,7 @@ class ReachRecorder(Check):
             # batch fetch are drawn there, at the Trainer's steps.
             steps = {
                 site: seen
-                for site, seen in engine.steps_seen.items()
+                for site, seen in engine.counts().steps_seen.items()
                 if seen and site not in LOOP_SITES
             }
             user = user_sites(module, list(trainer.callbacks), trainer.datamodule)
@@ -141,7 +141,7 @@ class ReachRecorder(Check):
             engine = _engine()
             if engine is None:
                 return
-            steps = {site: seen for site, seen in engine.steps_seen.items() if seen}
+            steps = {site: seen for site, seen in engine.counts().steps_seen.items() if seen}
             user = sorted(site for site in steps if site.startswith("fabric."))
             record(engine, None, steps, user, loop=True)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from chaoslight._sites._patch import import_optional
@@ -45,6 +47,34 @@ def step_of(trainer: Any) -> int | None:
     except AttributeError:
         return None
     return ready - 1 if ready > 0 else None
+
+
+def step_reading(trainer: Any) -> Callable[[], Any] | None:
+    """A cheap reading that changes whenever ``step_of(trainer)`` may (the counter it reads),
+    or None where there is none to read: the engine then reads the step itself. The
+    engine compares it at every call of a site that cannot fire (``_runtime/_live.py``),
+    so whatever ``step_of`` reads, this must follow."""
+    try:
+        total = trainer.fit_loop.epoch_loop.batch_progress.total
+    except AttributeError:
+        return None
+    return functools.partial(getattr, total, "ready")
+
+
+def group_reading() -> Callable[[], Any]:
+    """A cheap reading that changes whenever ``current_rank()`` may once its environment
+    is read: the default process group (None before ``init_process_group``)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    world = getattr(c10d, "_world", None)
+    if world is not None and hasattr(world, "_default_pg"):
+        return functools.partial(getattr, world, "_default_pg")  # what GroupMember.WORLD reads
+    return _default_group
+
+
+def _default_group() -> Any:
+    """The default process group, read through torch's public name; None without one."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    return None if c10d is None else c10d.GroupMember.WORLD
 
 
 def device_of(trainer: Any) -> Any:

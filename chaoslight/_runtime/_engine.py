@@ -4,6 +4,8 @@
 Every decision is a function of the schedule and what this process has seen (its rank,
 the trainer's step, how often each site was called), never of randomness or of other
 ranks, so every rank of a job decides alone and the same schedule replays exactly.
+Only the calls of the sites where a fault can still fire are matched (``live``,
+``_live.py``); the calls of the other armed sites pass through, counted.
 """
 
 from __future__ import annotations
@@ -17,8 +19,15 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._actions import ACTIONS, Firing
-from chaoslight._runtime._context import current_rank, environment_rank, step_of
+from chaoslight._runtime._context import (
+    current_rank,
+    environment_rank,
+    group_reading,
+    step_of,
+    step_reading,
+)
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
+from chaoslight._runtime._live import Counts, Liveness, Tally
 from chaoslight._runtime._loop_steps import LoopSteps, LoopView
 from chaoslight._runtime._memory import MemoryLedger
 from chaoslight._runtime._notes import note_never_fired
@@ -30,9 +39,7 @@ from chaoslight._schedule._model import Schedule
 from chaoslight._sites import Behaviour
 from chaoslight._sites._reorder import NATURAL
 
-# Steps remembered per site: what a never-fired fault's note says, and the reach a search
-# records in its baseline run to draw only (site, step) points that really happen.
-MAX_STEPS_SEEN = 512
+_STALE = object()  # a clock's value no clock reads
 
 
 class Engine:
@@ -46,7 +53,9 @@ class Engine:
     ) -> None:
         self.schedule = schedule
         # Observed sites are routed here without faults so a watchdog can see progress.
-        self.armed = schedule.sites | observe | ({STEP_SITE} if preempts(schedule) else set())
+        self.armed = frozenset(
+            schedule.sites | observe | ({STEP_SITE} if preempts(schedule) else set())
+        )
         self.last_activity = time.monotonic()
         # Per thread, the sites it is inside, by thread ident (a watchdog reads another
         # thread's): a DataLoader worker thread or a user thread calling a site must
@@ -62,15 +71,12 @@ class Engine:
                 self.by_site.setdefault(fault.site, []).append((index, fault))
         self.faulted = frozenset(self.by_site)
         # Sites whose faults count calls within a step (nth with a step).
-        self.counts_in_step = {f.site for f in schedule if f.nth is not None and f.step is not None}
+        in_step = frozenset(f.site for f in schedule if f.nth is not None and f.step is not None)
+        self._counts = Counts(in_step)
         # Names a schedule (a file: data) gives resolve without importing anything new.
         check_allocation_memory(schedule, ranks=1)
         self.exceptions = exception_classes(schedule)
         self.fired: Counter[int] = Counter()
-        self.calls: Counter[str] = Counter()
-        self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
-        self.reached: Counter[tuple[str, int]] = Counter()
-        self.steps_seen: dict[str, list[int | None]] = {}  # per site, the steps it ran at
         self.events: list[Event] = []
         self.pending_oom: BaseException | None = None
         self.ledger = MemoryLedger(schedule.memory_budget, current_rank)
@@ -80,16 +86,28 @@ class Engine:
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
         self.loop = LoopSteps()  # the step, in a process that runs no Trainer
-        self._local = PerThread(self._stacks)
+        self._tally = Tally()
+        self._local = PerThread(self._stacks, self._tally.counter)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
         self.notices = Notices(self.record)
-        self.tracer: Any = None  # a _trace.Tracer under inject(trace=True)
+        self._tracer: Any = None  # a _trace.Tracer under inject(trace=True)
+        indexed = [entry for entries in self.by_site.values() for entry in entries]
+        self._liveness = Liveness(indexed, frozenset(observe))
+        self.live: frozenset[str] = frozenset()  # the armed sites whose calls are matched now
+        self._period: tuple[int, int | None] = (self.environment_rank, None)
+        self._clock: Any = None  # what the rank and step are read from (``_decide``)
+        self._read: Any = None  # the clock's value at the last decision
+        with self._lock:
+            self._decide()
 
     # -- context ----------------------------------------------------------------------
     def saw_trainer(self, trainer: Any) -> None:
         if self._trainer is None or self._trainer() is not trainer:
-            self._trainer = weakref.ref(trainer)
+            # Once it is gone, the step is None: decide again at the next call.
+            self._trainer = weakref.ref(trainer, self._stale)
             self._attach(trainer)
+            with self._lock:  # another trainer: another step counter, another step
+                self._decide()
 
     def _attach(self, trainer: Any) -> None:
         """Give a newly seen Trainer the checks' observer callbacks (once each)."""
@@ -128,6 +146,49 @@ class Engine:
         optimizer = self.loop.optimizer
         return LoopView(optimizer) if optimizer is not None else None
 
+    # -- which sites can fire (``_live.py``) ------------------------------------------
+    @property
+    def tracer(self) -> Any:
+        """The ``_trace.Tracer`` under ``inject(trace=True)`` (or a check's), or None."""
+        return self._tracer
+
+    @tracer.setter
+    def tracer(self, tracer: Any) -> None:
+        with self._lock:  # a tracer sees every armed call: all are matched while it is set
+            self._tracer = tracer
+            self._decide()
+
+    def _stale(self, _: object = None) -> None:
+        """Make the next call that passes through decide again."""
+        self._read = _STALE
+
+    def _decide_again(self) -> None:
+        """Decide again, unless another thread did since the clock moved."""
+        with self._lock:
+            if self._clock() != self._read:
+                self._decide()
+
+    def _decide(self) -> None:
+        """Count what passed through, then decide which sites are live (lock held)."""
+        self._tally.fold(self._counts, *self._period)
+        group = group_reading()
+        steps = step_reading(self.trainer) or self.step
+        self._clock = lambda: (steps(), group())  # changes whenever the rank or step may
+        self._read = self._clock()
+        rank, step = current_rank(self.environment_rank), self.step()
+        self._period = (rank, step)
+        if self._tracer is not None or self.ledger.holds:
+            self.live = self.armed  # every armed call is traced, or may release a hold
+        else:
+            self.live = self._liveness.decide(rank, step, self.fired)
+
+    def counts(self) -> Counts:
+        """Calls of each armed site on this rank: per site (``calls``), per (site, rank)
+        (``reached``), the steps each ran at (``steps_seen``), passed-through calls included."""
+        with self._lock:
+            self._tally.fold(self._counts, *self._period)
+        return self._counts
+
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
         return InternalCalls(self._local)
@@ -151,51 +212,60 @@ class Engine:
         kwargs: dict[str, Any],
         behaviour: Behaviour,
     ) -> Any:
+        """A call of an armed site. A site that is not live passes straight through,
+        counted (``_live.py``); a live one, or one whose calls belong to another step than
+        the trainer's (``behaviour.step_of``), is matched against the schedule."""
         __tracebackhide__ = True
         local = self._local
-        if local.depth or site in local.inside:
+        inside = local.inside
+        if local.depth or site in inside:
             return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
+        if site not in self.live and behaviour.step_of is None:
+            if self._clock() != self._read:
+                self._decide_again()
+            if site not in self.live:
+                local.passed[site] += 1
+                inside.add(site)
+                try:
+                    return wrapped(*args, **kwargs)
+                finally:
+                    inside.discard(site)
         rank, step = current_rank(self.environment_rank), self.step()
         if behaviour.step_of is not None:
             step = behaviour.step_of(self.trainer, instance, step)
         with self._lock:
-            if self.ledger.holds:
-                self._release_due(rank, step)
-            call = self._count(site, rank, step)
+            if self.ledger.holds and self._release_due(rank, step):
+                self._decide()
+            call = self._counts.add(site, rank, step)
             firing = self._match(site, rank, step) if site in self.by_site else None
-        local.inside.add(site)
+        inside.add(site)
         local.stack.append((site, call, step))
         self.last_activity = time.monotonic()  # a watchdog reads these two
         try:
-            if self.tracer is not None:
-                self.tracer.enter(site, rank, step, call)
+            if self._tracer is not None:
+                self._tracer.enter(site, rank, step, call)
             if firing is None or (not firing.faults and firing.reorder is None):
                 return wrapped(*args, **kwargs)
-            return self._fire(site, firing, wrapped, args, kwargs, behaviour)
+            try:
+                return self._fire(site, firing, wrapped, args, kwargs, behaviour)
+            finally:  # a fault spent, memory held: where faults can fire changed
+                with self._lock:
+                    self._decide()
         finally:
-            local.inside.discard(site)
+            inside.discard(site)
             local.stack.pop()
             self.last_activity = time.monotonic()
-            if self.tracer is not None:
-                self.tracer.exit(site, rank, step, call)
-
-    def _count(self, site: str, rank: int, step: int | None) -> int:
-        """Count one call of ``site``; its call number on this rank."""
-        self.calls[site] += 1
-        if site in self.counts_in_step:
-            self.calls_in_step[(site, step)] += 1
-        self.reached[(site, rank)] += 1
-        seen = self.steps_seen.setdefault(site, [])
-        if (not seen or seen[-1] != step) and step not in seen and len(seen) < MAX_STEPS_SEEN:
-            seen.append(step)
-        return self.calls[site]
+            if self._tracer is not None:
+                self._tracer.exit(site, rank, step, call)
 
     def _match(self, site: str, rank: int, step: int | None) -> Firing:
         firing = Firing(rank, step)
+        counts = self._counts
         for index, fault in self.by_site.get(site, ()):
             if fault.step is not None and fault.step != step:
                 continue
-            count = self.calls_in_step[(site, step)] if fault.step is not None else self.calls[site]
+            in_step = fault.step is not None
+            count = counts.calls_in_step[(site, step)] if in_step else counts.calls[site]
             if fault.nth is not None and count < fault.nth:
                 continue
             if fault.times is not None and self.fired[index] >= fault.times:
@@ -263,9 +333,12 @@ class Engine:
                 result = behaviour.poison(result, args, kwargs, value)
         return result
 
-    def _release_due(self, rank: int, step: int | None) -> None:
-        for hold in self.ledger.release_due(step):
+    def _release_due(self, rank: int, step: int | None) -> bool:
+        """Release the holds due at ``step``; whether any was."""
+        due = self.ledger.release_due(step)
+        for hold in due:
             self.record(FREED, "memory", rank, step, hold.fault, detail=f"{hold.nbytes} bytes")
+        return bool(due)
 
     # -- sync points and budget --------------------------------------------------------
     def sync_point(self) -> None:
@@ -314,7 +387,9 @@ class Engine:
         note_never_fired(self)
         if self.ran_a_trainer and preempts(self.schedule):
             note_stop(
-                self.record, current_rank(self.environment_rank), self.steps_seen.get(STEP_SITE)
+                self.record,
+                current_rank(self.environment_rank),
+                self.counts().steps_seen.get(STEP_SITE),
             )
         self.ledger.release_all()
         self._close_sink()

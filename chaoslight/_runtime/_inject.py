@@ -221,7 +221,7 @@ class Injection:
                 if self._engine is not None:
                     self._engine.close()
                     self.run.events = list(self._engine.events)
-                    self.run.reached = Counter(self._engine.reached)
+                    self.run.reached = Counter(self._engine.counts().reached)
             finally:
                 with _LOCK:
                     if _ACTIVE is self:

@@ -27,7 +27,7 @@ def note_never_fired(engine: Any) -> None:
             )
             engine.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
             continue
-        steps = engine.steps_seen.get(fault.site)
+        steps = engine.counts().steps_seen.get(fault.site)
         where = (
             f"{fault.site} was reached on rank {rank} at steps "
             + ", ".join("None" if s is None else str(s) for s in steps)

@@ -6,24 +6,30 @@ watchdog reads another thread's stack by its ident."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from collections.abc import Callable
 
 SiteEntry = tuple[str, int, int | None]  # (site, call # on this rank, step)
 
 
 class PerThread(threading.local):
     """One thread's view: how deep it is in chaoslight's own calls (``depth``), the sites
-    it is inside (``inside``) and their entries (``stack``, outermost first).
+    it is inside (``inside``), their entries (``stack``, outermost first), and its calls
+    of sites that could not fire, not yet counted (``passed``, from ``_live.Tally``).
 
     ``depth`` is a class default, as a missing attribute costs an exception on every
-    lookup; the others are made per thread, and the stack registered by thread ident so
-    that another thread (a watchdog) can read it.
+    lookup; the others are made per thread, the stack registered by thread ident so that
+    another thread (a watchdog) can read it, the count by ``counter`` (a decision reads it).
     """
 
     depth = 0
 
-    def __init__(self, stacks: dict[int, list[SiteEntry]]) -> None:
+    def __init__(
+        self, stacks: dict[int, list[SiteEntry]], counter: Callable[[], Counter[str]]
+    ) -> None:
         self.inside: set[str] = set()
         self.stack: list[SiteEntry] = []
+        self.passed = counter()
         stacks[threading.get_ident()] = self.stack
 
 

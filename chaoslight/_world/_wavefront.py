@@ -236,7 +236,7 @@ class Tracker:
 def _sequence() -> int:
     """This rank's collective calls so far (the active engine's count)."""
     engine = active_engine()
-    return sum(engine.calls.get(name, 0) for name in COLLECTIVE_SITES) if engine else 0
+    return sum(engine.counts().calls.get(name, 0) for name in COLLECTIVE_SITES) if engine else 0
 
 
 def only_group(group: Any) -> bool:

@@ -1,0 +1,302 @@
+"""A site that cannot fire costs a lookup: only the sites where a fault can still fire at
+this rank and step are matched by the engine (``Engine.live``), and the same schedule fires
+at the same calls, with the same call numbers, counts and notes, as when every armed call
+was matched (a tracer has them all matched: the comparison below)."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from helpers import (
+    changed,
+    fit,
+    patched_attributes,
+    saving,
+    tiny_loader,
+    tiny_model,
+    tiny_model_class,
+    tiny_trainer,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import chaoslight
+from chaoslight import Allocate, Delay, DropBatch, MemoryBudget, Raise, RepeatBatch, Schedule
+from chaoslight._runtime._engine import Engine
+from chaoslight._runtime._inject import active
+from chaoslight._runtime._live import Counts
+from chaoslight._schedule._catalog import SITES as CATALOGUE
+
+pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
+
+
+@pytest.fixture
+def engine_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Per site, the calls the engine matched against the schedule: it counts each of them
+    alone, and the calls that passed through in bulk (``calls=``)."""
+    seen: Counter[str] = Counter()
+    add = Counts.add
+
+    def counted(self: Counts, site: str, rank: int, step: int | None, *calls: int) -> int:
+        if not calls:
+            seen[site] += 1
+        return add(self, site, rank, step, *calls)
+
+    monkeypatch.setattr(Counts, "add", counted)
+    return seen
+
+
+def test_a_fault_for_another_rank_never_reaches_the_engine(engine_calls: Counter[str]) -> None:
+    """On rank 0, a fault for rank 1 leaves its site's calls to the wrapped function; the
+    report still counts them."""
+    with chaoslight.inject("oom@lightning.training_step rank=1") as run:
+        fit(max_steps=4)
+    assert engine_calls["lightning.training_step"] == 0
+    assert run.fired() == [] and run.reached[("lightning.training_step", 0)] == 4
+
+
+def test_a_fault_at_a_step_reaches_the_engine_at_that_step_only(
+    engine_calls: Counter[str],
+) -> None:
+    """A fault at step 2 (and one at a step the run never reaches) is looked up at step 2
+    only; where its site ran is still said of the one that never fired."""
+    schedule = "delay@lightning.on_train_batch_end step=2 seconds=0\noom@lightning.forward step=99"
+    with chaoslight.inject(schedule) as run:
+        fit(max_steps=5)
+    assert engine_calls == Counter({"lightning.on_train_batch_end": 1})
+    assert [(e.site, e.step, e.call) for e in run.fired()] == [
+        ("lightning.on_train_batch_end", 2, 3)
+    ]
+    assert "lightning.forward was reached on rank 0 at steps 0, 1, 2, 3, 4" in run.report()
+
+
+@pytest.mark.parametrize(("times", "looked_up"), [(1, 1), (2, 2), (None, 5)])
+def test_a_spent_fault_stops_being_looked_up(
+    engine_calls: Counter[str], times: int | None, looked_up: int
+) -> None:
+    """A fault with no step is looked up until it has fired ``times`` times, then never."""
+    fault = Delay(0.0, site="lightning.training_step", times=times)
+    with chaoslight.inject(fault) as run:
+        fit(max_steps=5)
+    assert engine_calls["lightning.training_step"] == looked_up
+    assert [e.call for e in run.fired()] == list(range(1, looked_up + 1))
+
+
+def test_an_nth_call_is_counted_while_nothing_is_looked_up(engine_calls: Counter[str]) -> None:
+    """``nth=3 step=2``: calls before step 2 pass through but count, so the call numbers of
+    step 2 are those the engine would give."""
+    fault = Delay(0.0, site="lightning.on_before_zero_grad", step=2, nth=1)
+    with chaoslight.inject(fault) as run:
+        fit(max_steps=4)
+    assert engine_calls["lightning.on_before_zero_grad"] == 1
+    assert [(e.step, e.call) for e in run.fired()] == [(2, 3)]
+
+
+def test_an_observed_site_always_reaches_the_engine(engine_calls: Counter[str]) -> None:
+    """A site a check or a watchdog observes is routed whether or not a fault is there."""
+    with chaoslight.inject("oom@lightning.training_step rank=1", observe={"lightning.backward"}):
+        fit(max_steps=3)
+    assert engine_calls["lightning.backward"] == 3
+    assert engine_calls["lightning.training_step"] == 0
+
+
+def test_a_process_group_that_changes_the_rank_makes_the_site_live(
+    rank_env: pytest.MonkeyPatch, gloo_group: Any
+) -> None:
+    """RANK=1 in the environment, then a process group in which this process is rank 0:
+    a fault for rank 0 fires from then on, as the engine reads the rank at each call."""
+    import torch.distributed as dist
+
+    rank_env.setenv("RANK", "1")
+    dist.destroy_process_group()  # the fixture's group, until the schedule is armed
+    with chaoslight.inject(Raise(site="torch.save", rank=0)) as run:
+        torch.save(1, io.BytesIO())  # rank 1: nothing fires
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        with pytest.raises(RuntimeError, match="injected by chaoslight"):
+            torch.save(1, io.BytesIO())
+    assert [(e.rank, e.call) for e in run.fired()] == [(0, 2)]
+    assert run.reached == Counter({("torch.save", 1): 1, ("torch.save", 0): 1})
+
+
+def test_chaoslights_own_calls_of_a_site_that_cannot_fire_are_not_counted() -> None:
+    """A call made inside ``Engine.internal()`` passes every site uncounted, live or not."""
+    with chaoslight.inject("raise@torch.save rank=1") as run:
+        injection = active()
+        assert injection is not None and injection.engine is not None
+        with injection.engine.internal():
+            torch.save(1, io.BytesIO())
+        torch.save(1, io.BytesIO())
+    assert run.reached == Counter({("torch.save", 0): 1})
+
+
+def test_calls_that_pass_through_on_several_threads_are_all_counted(
+    rank_env: pytest.MonkeyPatch, gloo_group: Any
+) -> None:
+    """Threads calling a site that cannot fire, while another thread reads the counts (as
+    the World's wavefront does) and the main thread moves the rank: every call is counted
+    once, at the rank it was made at, and the fault fires at its call number."""
+    import torch.distributed as dist
+
+    threads, calls = 4, 300
+    start, done = threading.Barrier(threads + 2), threading.Event()
+    errors: list[BaseException] = []
+
+    def read(engine: Engine) -> None:
+        start.wait(timeout=30)
+        while not done.is_set():
+            _ = engine.counts().calls["torch.save"]
+
+    rank_env.setenv("RANK", "1")
+    dist.destroy_process_group()  # the fixture's group: rank 1 until the schedule's end
+    with chaoslight.inject(Delay(0.0, site="torch.save", rank=0, nth=threads * calls + 1)) as run:
+        injection = active()
+        assert injection is not None and injection.engine is not None
+        workers = [threading.Thread(target=saving(start, calls, errors)) for _ in range(threads)]
+        reader = threading.Thread(target=read, args=(injection.engine,))
+        for thread in [*workers, reader]:
+            thread.start()
+        start.wait(timeout=30)
+        for worker in workers:
+            worker.join(timeout=60)
+        done.set()
+        reader.join(timeout=60)
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        torch.save(1, io.BytesIO())  # rank 0 now: the fault's call
+    assert errors == []
+    assert run.reached == Counter({("torch.save", 1): threads * calls, ("torch.save", 0): 1})
+    assert [(e.rank, e.call) for e in run.fired()] == [(0, threads * calls + 1)]
+
+
+def test_every_site_armed_never_firing_leaves_every_original_in_place() -> None:
+    """The benchmark's schedule (every site armed at a step never reached): nothing fires,
+    every site's calls are still counted, and every patched attribute is the original
+    object again after ``inject()``."""
+    before = patched_attributes()
+    armed = Schedule([Delay(0.0, site=site, step=10**9) for site in CATALOGUE])
+    with chaoslight.inject(armed) as run:
+        fit(max_steps=3)
+    assert run.fired() == []
+    assert run.reached[("lightning.training_step", 0)] == 3
+    assert run.reached[("lightning.on_train_batch_end", 0)] == 3
+    assert changed(before, patched_attributes()) == []
+
+
+# -- the same firings as when every armed call went through the engine ------------------
+
+
+class RouteAll:
+    """A tracer that records nothing: while one is set, every armed site is live."""
+
+    def enter(self, *args: Any) -> None:
+        pass
+
+    def exit(self, *args: Any) -> None:
+        pass
+
+
+def nested_model() -> Any:
+    """A TinyModel whose forward calls another LightningModule (``lightning.forward`` twice
+    per step, the inner call nested in the outer)."""
+
+    class Outer(tiny_model_class()):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = tiny_model()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x) + self.inner(x)
+
+    return Outer()
+
+
+def record(schedule: Schedule, route_all: bool, nested: bool = False) -> Any:
+    """What a 7-step fit over two epochs with validation every 2 steps, then a second
+    trainer's 2-step fit, recorded under ``schedule``: events without their times, the
+    reach, the report, the batches trained."""
+    outcome: list[Any] = []
+    with chaoslight.inject(schedule) as run:
+        if route_all:
+            injection = active()
+            assert injection is not None and injection.engine is not None
+            injection.engine.tracer = RouteAll()
+        for steps in (7, 2):
+            model = nested_model() if nested else tiny_model(validate=True)
+            trainer = tiny_trainer(max_steps=steps, limit_val_batches=2, val_check_interval=2)
+            validation = None if nested else tiny_loader(batches=2, seed=1)
+            try:
+                trainer.fit(model, tiny_loader(batches=4), validation)
+            except (ValueError, torch.OutOfMemoryError) as exc:
+                outcome.append(type(exc).__name__)
+            outcome.append([(step, batch.sum().item()) for step, batch in model.batches])
+    events = [(e.kind, e.site, e.rank, e.step, e.fault, e.call, e.detail) for e in run.events]
+    return events, dict(run.reached), run.report(), outcome
+
+
+SITES = [
+    "lightning.training_step",
+    "lightning.validation_step",
+    "lightning.forward",
+    "lightning.backward",
+    "lightning.optimizer_step",
+    "lightning.on_train_batch_start",
+    "lightning.on_train_batch_end",
+    "lightning.on_train_epoch_end",
+    "lightning.on_validation_epoch_end",
+    "lightning.on_fit_start",
+    "lightning.next_batch",
+]
+triggers = {
+    "rank": st.sampled_from([None, 0, 1]),
+    "step": st.sampled_from([None, 0, 1, 2, 3, 5, 6, 9]),
+    "nth": st.sampled_from([None, None, 1, 2, 3]),
+    "times": st.sampled_from([1, 1, 2, None]),
+}
+fault_strategy = st.one_of(
+    st.builds(Delay, st.just(0.0), site=st.sampled_from(SITES), **triggers),
+    st.builds(
+        Raise,
+        st.just("ValueError"),
+        site=st.sampled_from(SITES),
+        **(triggers | {"times": st.just(1)}),
+    ),
+    st.builds(RepeatBatch, site=st.just("lightning.next_batch"), **triggers),
+    st.builds(DropBatch, site=st.just("lightning.next_batch"), **triggers),
+    st.builds(
+        Allocate,
+        site=st.sampled_from(SITES),
+        nbytes=st.just(2**20),
+        hold_steps=st.sampled_from([1, 2, None]),
+        **triggers,
+    ),
+)
+schedule_strategy = st.builds(
+    Schedule,
+    st.lists(fault_strategy, min_size=1, max_size=5),
+    memory_budget=st.sampled_from([None, MemoryBudget(2**40), MemoryBudget(3 * 2**20, 2**20)]),
+)
+
+
+@settings(max_examples=25, database=None)
+@given(schedule=schedule_strategy)
+def test_the_same_schedule_fires_at_the_same_calls(schedule: Schedule) -> None:
+    """Drawn schedules of faults at any rank, step, nth and times (a batch repeated or
+    dropped by a fetch ahead of its step, memory held and released, a raise that ends a
+    fit, a budget): events, call numbers, reach, report and batches trained are those of
+    the run in which every armed call went through the engine."""
+    assert record(schedule, route_all=False) == record(schedule, route_all=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["oom@lightning.forward step=3", "delay@lightning.forward seconds=0 step=2 nth=2"],
+)
+def test_a_nested_site_counts_once_whether_or_not_it_can_fire(text: str) -> None:
+    """A LightningModule inside a LightningModule: the nested ``self(x)`` counts once, as
+    in the engine, while the site passes through at the steps before its fault."""
+    schedule = Schedule.parse(text)
+    assert record(schedule, False, nested=True) == record(schedule, True, nested=True)
