@@ -289,11 +289,14 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     from chaoslight._search._coverage import coverage
     from chaoslight._search._reach import Reach
 
-    checks = [check_from_name("replicas-in-sync"), check_from_name("no-hang")]
+    names = ("replicas-in-sync", "no-hang", "finite-loss", "finite-grads")
+    checks = [check_from_name(name) for name in names]
     loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
     line = loop.line()
     assert "no Trainer ran" in line and "replicas-in-sync" in line
-    assert "no-hang" not in line.split("but", 1)[1]  # judged from the ranks' ends: it did
+    unjudged = line.split("but", 1)[1]
+    assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
+    assert "finite-loss" not in unjudged and "finite-grads" not in unjudged  # loop hooks
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
 
@@ -309,3 +312,49 @@ def test_fabric_sites_are_patched_in_both_namespaces_and_put_back() -> None:
         during = [vars(space.Fabric)["backward"] for space in spaces]
         assert all(isinstance(method, wrapt.FunctionWrapper) for method in during)
     assert [vars(space.Fabric)["backward"] for space in spaces] == before
+
+
+def loss_loop(bad_step: int, skip_bad: bool = False, bad_grad: bool = False) -> None:
+    """A plain loop whose loss (or, with ``bad_grad``, one gradient) is NaN at
+    ``bad_step``; with ``skip_bad`` it checks the loss and skips that optimizer step, as a
+    correct program may."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(STEPS):
+        loss = model(torch.ones(2, 3)).pow(2).mean()
+        if step == bad_step and not bad_grad:
+            loss = loss * float("nan")
+        loss.backward()
+        if step == bad_step and bad_grad:
+            assert model.bias.grad is not None
+            model.bias.grad.fill_(float("inf"))
+        if skip_bad and not math.isfinite(loss.item()):
+            opt.zero_grad()
+            continue
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("name", ["finite-loss", "finite-grads"])
+def test_a_loop_that_steps_on_a_non_finite_value_is_judged_at_that_step(name: str) -> None:
+    from chaoslight._runtime._protocol import check_from_name
+
+    injection = chaoslight.inject(Schedule(), checks=[check_from_name(name)])
+    with pytest.raises(chaoslight.CheckFailed) as failed, injection:
+        loss_loop(bad_step=2, bad_grad=name == "finite-grads")
+    (violation,) = failed.value.violations
+    assert (violation.check, violation.step, violation.rank) == (name, 2, 0)
+    expected = "the loss is nan" if name == "finite-loss" else "parameter 1 of the SGD optimizer"
+    assert expected in violation.message
+
+
+def test_a_loop_that_skips_the_step_of_a_non_finite_loss_passes() -> None:
+    """The loss judged is the one the optimizer step applies: a loop that checks its loss
+    and skips that step (as a GradScaler skips a step with non-finite gradients) is right."""
+    from chaoslight._runtime._protocol import check_from_name
+
+    checks = [check_from_name("finite-loss"), check_from_name("finite-grads")]
+    with chaoslight.inject(Schedule(), checks=checks) as run:
+        loss_loop(bad_step=1, skip_bad=True)
+    assert run.violations == []

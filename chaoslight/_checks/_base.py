@@ -52,12 +52,14 @@ class Check:
 
 
 def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = None) -> None:
-    """Record an observation in the active injection's event log (no-op when none)."""
+    """Record an observation in the active injection's event log (no-op when none), at
+    ``step``, else the trainer's step, else (no trainer: a loop) the loop's step."""
     injection = active()
     engine = injection.engine if injection is not None else None
     if engine is None:
         return
-    step = step_of(trainer) if step is None else step
+    if step is None:
+        step = step_of(trainer) if trainer is not None else engine.step()
     engine.record(OBSERVATION, check, current_rank(), step, "", detail=json.dumps(facts))
 
 

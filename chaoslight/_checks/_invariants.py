@@ -259,10 +259,40 @@ class FiniteLoss(Check):
                 value = str(loss.detach().cpu().tolist())
             observe(check.name, trainer, {"value": value})
 
-        return observer_class("FiniteLossObserver", {"on_train_batch_end": on_train_batch_end})()
+        # In a loop no Trainer runs, the loss is what the last backward before an
+        # optimizer step was given: the one that step applies. A non-finite loss whose
+        # step the program then skips (it checked, or a GradScaler did) is not judged.
+        last: list[str | None] = [None]  # the last backward's loss, when not finite
+
+        def on_loop_backward(self: Any, tensors: Any) -> None:
+            last[0] = _non_finite_loss(tensors)
+
+        def on_loop_before_optimizer_step(self: Any, optimizer: Any) -> None:
+            if last[0] is not None:
+                observe(check.name, None, {"value": last[0]})
+                last[0] = None
+
+        hooks = {
+            "on_train_batch_end": on_train_batch_end,
+            "on_loop_backward": on_loop_backward,
+            "on_loop_before_optimizer_step": on_loop_before_optimizer_step,
+        }
+        return observer_class("FiniteLossObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         return _first_bad(self, evidence, lambda facts: f"the loss is {facts['value']}")
+
+
+def _non_finite_loss(tensors: Any) -> str | None:
+    """A backward's one scalar loss as text when it is not finite; None otherwise (a
+    finite loss, several tensors, a non-scalar one: nothing a loss check can read)."""
+    import torch
+
+    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+        return None
+    with torch.no_grad(), quietly():
+        value = tensors.detach().item()
+    return None if math.isfinite(value) else str(value)
 
 
 def _first_bad(check: Any, evidence: Evidence, describe: Any) -> list[Violation]:
@@ -320,7 +350,31 @@ class FiniteGrads(Check):
             if bad:
                 observe(check.name, trainer, {"parameter": bad[0]})
 
-        hooks = {"on_before_optimizer_step": on_before_optimizer_step}
+        def on_loop_before_optimizer_step(self: Any, optimizer: Any) -> None:
+            """A loop's optimizer step: the gradients it is about to apply (a GradScaler
+            that found a non-finite one skips the step, and this hook with it)."""
+            import torch
+
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            grads = [p.grad for p in params if p.grad is not None]
+            if not grads or all_finite(grads):
+                return
+            with torch.no_grad(), quietly():
+                bad = [
+                    (index, p)
+                    for index, p in enumerate(params)
+                    if p.grad is not None and not bool(torch.isfinite(_dense(p.grad)).all())
+                ]
+            if bad:
+                index, param = bad[0]
+                kind = type(optimizer).__name__
+                name = f"parameter {index} of the {kind} optimizer, shape {list(param.shape)}"
+                observe(check.name, None, {"parameter": name})
+
+        hooks = {
+            "on_before_optimizer_step": on_before_optimizer_step,
+            "on_loop_before_optimizer_step": on_loop_before_optimizer_step,
+        }
         return observer_class("FiniteGradsObserver", hooks)()
 
     def judge(self, evidence: Evidence) -> list[Violation]:

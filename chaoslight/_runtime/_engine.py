@@ -137,6 +137,14 @@ class Engine:
     def step_ended(self, optimizer: Any) -> None:
         self.loop.optimizer_stepped(optimizer)
 
+    def tell_loop_observers(self, hook: str, *args: Any) -> None:
+        if self._trainer is not None:
+            return  # a Trainer's own hooks tell them
+        for observer in self.callbacks:
+            call = getattr(observer, hook, None)
+            if callable(call):
+                call(*args)  # an observer's hooks run as chaoslight's own code
+
     @property
     def tensors_owner(self) -> Any:
         """What a flip reads the training tensors of: the Trainer, or a loop's view of the

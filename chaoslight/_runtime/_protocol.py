@@ -17,7 +17,11 @@ every rank, or None) and a ``judge(evidence)``. It may also declare, as attribut
 An observer (what ``observer()`` returns) may also have ``on_run_start()``, called when the
 injection begins, and ``on_loop_end()``, called when it ends in a process where no
 Trainer ran (a loop the program writes itself: Fabric, plain PyTorch), where no Trainer
-hook would tell it the run is over.
+hook would tell it the run is over. In such a process it is also told of the loop's
+training: ``on_loop_backward(tensors)`` after each backward (what was passed to
+``torch.autograd.backward``) and ``on_loop_before_optimizer_step(optimizer)`` before each
+optimizer step (after the step's faults fired), at the loop's step
+(``_runtime/_loop_steps.py``).
 
 The lower layers read these through the helpers below, never by comparing names.
 """
@@ -48,6 +52,17 @@ class CheckProtocol(Protocol):
 def observed_sites(checks: Iterable[Any]) -> frozenset[str]:
     """The sites the checks' observers need routed through the engine."""
     return frozenset().union(*(frozenset(getattr(c, "sites", ())) for c in checks))
+
+
+# The hooks that tell an observer of a loop's training (the module docstring).
+LOOP_HOOKS = ("on_loop_backward", "on_loop_before_optimizer_step")
+
+
+def judges_loops(check: Any) -> bool:
+    """Whether ``check`` sees anything of a loop no Trainer runs: an observer with a loop
+    hook, or no observer at all (it judges the run's end, which every program has)."""
+    observer = check.observer()
+    return observer is None or any(callable(getattr(observer, h, None)) for h in LOOP_HOOKS)
 
 
 def progress_timeout(checks: Iterable[Any], default: float) -> float:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chaoslight._runtime._protocol import judges_loops
 from chaoslight._schedule import Schedule
 from chaoslight._search._reach import Reach
 
@@ -49,7 +50,5 @@ def coverage(
     reached = set(reach.points) if reach is not None else set()
     kinds = Counter(f.kind for schedule in schedules for f in schedule)
     on_reached = len(points & reached) if reached else len(points)
-    unjudged = (
-        tuple(c.name for c in checks if c.observer() is not None) if reach and reach.loop else ()
-    )
+    unjudged = tuple(c.name for c in checks if not judges_loops(c)) if reach and reach.loop else ()
     return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged)

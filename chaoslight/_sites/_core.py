@@ -64,6 +64,10 @@ class Dispatcher(Protocol):
     def step_ended(self, optimizer: Any) -> None:
         """``optimizer`` finished a step: outside a Trainer, the training step ends."""
 
+    def tell_loop_observers(self, hook: str, *args: Any) -> None:
+        """Outside a Trainer, call ``hook(*args)`` on the checks' observers that have it:
+        what a loop does that no Trainer hook tells them (``_runtime/_protocol.py``)."""
+
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
 

@@ -74,7 +74,10 @@ def _backward(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[
     if dispatcher is None:
         return wrapped(*args, **kwargs)
     dispatcher.training_began()
-    return _backward_site(wrapped, instance, args, kwargs)
+    result = _backward_site(wrapped, instance, args, kwargs)
+    tensors = args[0] if args else kwargs.get("tensors")
+    dispatcher.tell_loop_observers("on_loop_backward", tensors)
+    return result
 
 
 class HookPatch:
@@ -103,6 +106,7 @@ def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         return
     dispatcher.training_began()
     _optimizer_site(_nothing, optimizer, (), {})
+    dispatcher.tell_loop_observers("on_loop_before_optimizer_step", optimizer)
 
 
 def _after_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
