@@ -7,7 +7,9 @@ Runs two workloads four ways, interleaved, several rounds, in one process:
   ways: (a) plain; (b) inside ``inject(Schedule())``: no budget, so no dispatch mode;
   (c) under ``MemoryBudget(1 TiB)`` with the default ``min_tracked_bytes`` (1 MiB): every
   op goes through the mode, and nothing is small enough to be counted cheaply skipped;
-  (d) the same with ``min_tracked_bytes=1``: every storage is counted and weakly referenced.
+  (d) the same with ``min_tracked_bytes=1``: every storage is counted and weakly referenced;
+  (e) an empty Python ``TorchDispatchMode`` (each op passed on, nothing counted): the floor
+  of any budget that sees each op from Python, whatever it does with it.
 
 and prints, per workload and clock, the median time of each way and its ratio to (a).
 The old factory-only tracking (wrapped ``torch.empty``/``zeros``/...) was removed with the
@@ -15,6 +17,7 @@ dispatch mode, so there is no fifth way to compare with.
 
     python benchmarks/budget_overhead.py                  # 5 rounds, 200 fit steps
     python benchmarks/budget_overhead.py --rounds 9 --steps 500 --loop 5000
+    python benchmarks/budget_overhead.py --device cuda    # a fit and the op loop on the GPU
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from overhead import loader, time_fit
+from overhead import device_name, loader, time_fit
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import chaoslight
 from chaoslight import MemoryBudget, Schedule
@@ -39,15 +43,32 @@ from chaoslight import MemoryBudget, Schedule
 Way = Callable[[], Any]
 
 
-def fit_workload(steps: int, data: Any) -> Callable[[Way], tuple[float, float]]:
+class EmptyMode(TorchDispatchMode):
+    """Passes every op on: what a Python dispatch mode costs before it does anything."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # as the budget's own mode: no dynamo guard around each op
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def empty_mode() -> Any:
+    with EmptyMode():
+        yield None
+
+
+def fit_workload(steps: int, data: Any, device: str) -> Callable[[Way], tuple[float, float]]:
     """Wall and CPU seconds of one ``trainer.fit`` of ``steps`` steps inside a way."""
 
-    return lambda context: time_fit(steps, data, context)  # overhead.py's own fit
+    return lambda context: time_fit(steps, data, context, device)  # overhead.py's own fit
 
 
-def loop_workload(iterations: int) -> Callable[[Way], tuple[float, float]]:
+def loop_workload(iterations: int, device: str) -> Callable[[Way], tuple[float, float]]:
     """Wall and CPU seconds of ``iterations`` x 5 small ops inside a way."""
-    a, w = torch.randn(64, 64), torch.randn(64, 64)
+    a, w = torch.randn(64, 64, device=device), torch.randn(64, 64, device=device)
 
     def run(context: Way) -> tuple[float, float]:
         with context():
@@ -56,6 +77,8 @@ def loop_workload(iterations: int) -> Callable[[Way], tuple[float, float]]:
                 y = torch.cat([a, a]) @ w
                 y.add_(1)
                 y.relu().view(-1)
+            if device == "cuda":
+                torch.cuda.synchronize()
             return time.perf_counter() - start, time.process_time() - start_cpu
 
     return run
@@ -101,6 +124,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--loop", type=int, default=3000, help="iterations of the op loop")
     parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where both workloads run"
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)"
     )
     args = parser.parse_args()
@@ -118,19 +144,21 @@ def main() -> None:
         "b inject(Schedule()), no budget": lambda: chaoslight.inject(Schedule()),
         "c budget, min_tracked_bytes=1MiB": lambda: chaoslight.inject(big),
         "d budget, min_tracked_bytes=1": lambda: chaoslight.inject(every),
+        "e empty dispatch mode (the floor)": empty_mode,
     }
     print(
-        f"{args.rounds} rounds interleaved, torch threads {torch.get_num_threads()}, "
+        f"{device_name(args.device)}, {args.rounds} rounds interleaved, "
+        f"torch threads {torch.get_num_threads()}, "
         f"Python {sys.version.split()[0]}, torch {torch.__version__}, Lightning {pl.__version__}"
     )
-    fit = fit_workload(args.steps, loader(args.steps, args.batch))
+    fit = fit_workload(args.steps, loader(args.steps, args.batch), args.device)
     report(
         f"trainer.fit of {args.steps} steps (3-layer MLP, width 256, batch {args.batch}, Adam):",
         measure(fit, ways, args.rounds),
     )
     report(
         f"op loop: {args.loop} x (cat, @, add_, relu, view) on 64x64 float32:",
-        measure(loop_workload(args.loop), ways, args.rounds),
+        measure(loop_workload(args.loop, args.device), ways, args.rounds),
     )
 
 

@@ -12,8 +12,9 @@ correct program the project has, at the budget a user gives a search.
 The programs (``--list``; keys ``group/module:function``): every shape
 (``examples/shapes``), every corpus ``train`` (``examples/corpus``, with the entry's own
 checks), every fixed twin (``examples/bugs``, ``examples/catalogue`` and its robust
-program, ``examples/known_issues``, ``examples/planted``, ``examples/loops`` (Fabric and
-plain PyTorch), ``examples/restart`` and its correct resume shapes), the programs of ``examples/known_issues`` whose only failure is
+program, ``examples/known_issues``, ``examples/planted``, ``examples/restart`` and its
+correct resume shapes), the correct loops and fixed twins of ``examples/loops`` (Fabric
+and plain PyTorch), the programs of ``examples/known_issues`` whose only failure is
 Lightning's (reported apart, never the program's), and ``examples/upstream``.
 
 Each campaign is ``chaoslight.fuzz`` with the command line's defaults (every default

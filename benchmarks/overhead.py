@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import statistics
 import sys
 import time
@@ -109,6 +110,13 @@ def time_fit(
     return elapsed
 
 
+def device_name(device: str) -> str:
+    """The device a row was measured on, in words (a table row says which card)."""
+    if device == "cuda":
+        return f"CUDA ({torch.cuda.get_device_name()})"
+    return f"CPU ({os.cpu_count()} cores)"
+
+
 def opcodes_per_step(context: Callable[[], Any]) -> tuple[float, float]:
     """Python opcodes per step of a fit inside ``context()``: all, and chaoslight's and wrapt's
     (the difference of a 60- and a 20-step fit, so the fit's set-up cancels out)."""
@@ -156,6 +164,9 @@ def main() -> None:
         "--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)"
     )
     parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the fit trains"
+    )
+    parser.add_argument(
         "--opcodes",
         action="store_true",
         help="count the Python opcodes each way executes per step instead of timing (load "
@@ -177,7 +188,7 @@ def main() -> None:
         f"c inject({len(armed)} sites armed)": lambda: chaoslight.inject(armed),
     }
     for context in ways.values():  # warm-up: imports, first-call costs, allocator
-        time_fit(min(args.steps, 50), data, context)
+        time_fit(min(args.steps, 50), data, context, args.device)
     if args.opcodes:
         count_opcodes(ways)
         return
@@ -188,12 +199,13 @@ def main() -> None:
     for round_ in range(args.rounds):
         # Rotate the order every round so drift (thermal, other load) hits all three alike.
         for name in names[round_ % 3 :] + names[: round_ % 3]:
-            seconds, cpu_seconds = time_fit(args.steps, data, ways[name])
+            seconds, cpu_seconds = time_fit(args.steps, data, ways[name], args.device)
             wall[name].append(seconds)
             cpu[name].append(cpu_seconds)
 
     print(
-        f"{args.steps} steps, batch {args.batch}, 3-layer MLP (width 256), Adam, "
+        f"{device_name(args.device)}: {args.steps} steps, batch {args.batch}, 3-layer MLP "
+        "(width 256), Adam, "
         f"{args.rounds} rounds interleaved, torch threads {torch.get_num_threads()}, "
         f"Python {sys.version.split()[0]}, torch {torch.__version__}, Lightning {pl.__version__}"
     )
