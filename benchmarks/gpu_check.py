@@ -16,8 +16,10 @@ The checks, each in this one process unless it says otherwise:
 2. ``deferred=true`` surfaces at the program's ``torch.cuda.synchronize()``.
 3. ``allocate nbytes=1GiB hold_steps=2`` raises ``torch.cuda.memory_allocated()`` by 1 GiB
    for exactly two steps.
-4. ``budget limit_bytes=20MiB``: the backward's gradients (on CUDA made on autograd's
-   device thread) go over it and raise the simulated OOM.
+4. A budget 20 MiB above what is held: the backward's gradients (on CUDA made on
+   autograd's device thread) go over it. On CUDA the OOM is the caching allocator's own
+   (its per-process limit is the budget), named with the budget's rank and step, and no
+   dispatch mode watched the ops; on CPU it is the dispatch mode's simulated OOM.
 5. The simulated OOM's numbers are the card's (``torch.cuda.mem_get_info``), in the shape of
    a real OOM's message, which is provoked beside it.
 6. ``World(size=1)`` on a one-GPU Lightning target: baseline and default fuzz clean.
@@ -26,7 +28,8 @@ The checks, each in this one process unless it says otherwise:
 8. ``chaoslight run -- torchrun --nproc-per-node 1`` on an NCCL job fires a delay at its
    all-reduce and a raise at its ``torch.save``.
 9. Overhead when nothing fires, on a Lightning fit on the device (``benchmarks/overhead.py``'s
-   MLP): plain, ``inject(Schedule())``, every site armed; medians of 3 interleaved rounds.
+   MLP): plain, ``inject(Schedule())``, every site armed, a memory budget nothing comes
+   near (``budget limit_bytes=100GiB``); medians of 3 interleaved rounds.
 """
 
 from __future__ import annotations
@@ -200,19 +203,32 @@ def allocate_holds() -> Result:
 
 def budget_backward() -> Result:
     # Two 16 MiB weights, on the device before the budget begins: their grads pass 20 MiB.
+    # On a card the budget is the caching allocator's limit (what the process reserves,
+    # the weights included): the limit is what is reserved now plus 20 MiB. On CPU it is
+    # the dispatch mode's count of the storages made after it began: 20 MiB.
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
     model = lightning_module_class()(width=2048).to(device())
     threads: set[str] = set()
+    modes: list[int] = []
     for weight in model.parameters():
         weight.register_hook(lambda grad: threads.add(threading.current_thread().name))
+    model.register_forward_hook(lambda *a: modes.append(len(_get_current_dispatch_mode_stack())))
     main = threading.current_thread().name
+    limit = 20 * MiB + (torch.cuda.memory_reserved() if cuda() else 0)
+    budget = chaoslight.Schedule(memory_budget=chaoslight.MemoryBudget(limit))
     try:
-        with chaoslight.inject("budget limit_bytes=20MiB"):
+        with chaoslight.inject(budget):
             fit(model, steps=2)
     except torch.OutOfMemoryError as exc:
         text = "".join(traceback.format_exception(exc))
-        ok = "MemoryBudget" in str(exc) and "backward" in text
+        ok = "MemoryBudget on rank" in str(exc) and "backward" in text
         where = "autograd's device thread" if threads - {main} else "the main thread"
-        return ("ok" if ok else "FAILED", f"simulated OOM in the backward, grads on {where}")
+        how = "the allocator's limit" if cuda() else "the dispatch mode"
+        if cuda():  # no op went through Python: the allocator counted
+            ok = ok and modes != [] and max(modes) == 0 and "simulated by" not in str(exc)
+        seen = f"OOM in the backward by {how}, grads on {where}; modes in forward: {set(modes)}"
+        return ("ok" if ok else "FAILED", seen)
     return ("FAILED", "no OOM: the budget did not see the backward's gradients")
 
 
@@ -303,10 +319,12 @@ def overhead() -> Result:
     from overhead import every_site_armed, loader, time_fit
 
     steps, data, armed = 300, loader(300, 64), every_site_armed()
+    far = chaoslight.Schedule(memory_budget=chaoslight.MemoryBudget(100 * GiB))
     ways: dict[str, Callable[[], Any]] = {
         "plain": contextlib.nullcontext,
         "inject(Schedule())": lambda: chaoslight.inject(chaoslight.Schedule()),
         "every site armed": lambda: chaoslight.inject(armed),
+        "budget 100 GiB": lambda: chaoslight.inject(far),
     }
     for context in ways.values():
         time_fit(50, data, context, accelerator=device())  # warm-up
@@ -316,16 +334,17 @@ def overhead() -> Result:
         for name in names[round_:] + names[:round_]:
             times[name].append(time_fit(steps, data, ways[name], accelerator=device())[0])
     plain = statistics.median(times["plain"])
-    ratios = [statistics.median(times[name]) / plain for name in names[1:]]
-    seen = f"{steps} steps: plain {plain:.2f} s; x{ratios[0]:.3f} and x{ratios[1]:.3f}"
-    return ("measured", seen)
+    ratios = ", ".join(
+        f"{name} x{statistics.median(times[name]) / plain:.3f}" for name in names[1:]
+    )
+    return ("measured", f"{steps} steps: plain {plain:.2f} s; {ratios}")
 
 
 CHECKS: list[tuple[str, Callable[[], Result]]] = [
     ("1 `oom@lightning.forward` caught by `except torch.cuda.OutOfMemoryError`", oom_caught),
     ("2 `deferred=true` surfaces at the sync point", deferred_oom),
     ("3 `allocate nbytes=1GiB hold_steps=2` on the device", allocate_holds),
-    ("4 `budget limit_bytes=20MiB` sees the backward", budget_backward),
+    ("4 a budget 20 MiB above what is held sees the backward", budget_backward),
     ("5 the simulated OOM's numbers are the card's", oom_message),
     ("6 `World(size=1)`, Lightning on one GPU: fuzz", lambda: world_fuzz("lightning_fit", 1)),
     (
@@ -333,7 +352,7 @@ CHECKS: list[tuple[str, Callable[[], Result]]] = [
         lambda: world_fuzz("plain_ddp", 2),
     ),
     ("8 `chaoslight run -- torchrun` (NCCL): delay and raise fire", torchrun_job),
-    ("9 overhead, nothing firing (inject / every site armed vs plain)", overhead),
+    ("9 overhead, nothing firing (inject / every site armed / budget vs plain)", overhead),
 ]
 
 

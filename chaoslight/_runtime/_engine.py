@@ -19,6 +19,7 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._actions import ACTIONS, Firing
+from chaoslight._runtime._allocator_budget import AllocatorLimit, cuda_ready
 from chaoslight._runtime._context import (
     current_rank,
     environment_rank,
@@ -86,6 +87,12 @@ class Engine:
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
         self.loop = LoopSteps()  # the step, in a process that runs no Trainer
+        # Under a budget, on a CUDA device, the allocator's own limit (``_allocator_budget``);
+        # ``stop_counting`` takes the CPU's dispatch mode off then (set by ``inject``).
+        self.device_limit: AllocatorLimit | None = None
+        self.stop_counting: Any = None
+        self._device_known = False
+        self._waiting_device: Any = None  # a CUDA device named before CUDA was initialised
         self._tally = Tally()
         self._local = PerThread(self._stacks, self._tally.counter)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
@@ -106,6 +113,7 @@ class Engine:
             # Once it is gone, the step is None: decide again at the next call.
             self._trainer = weakref.ref(trainer, self._stale)
             self._attach(trainer)
+            self.training_device(_root_device(trainer))
             with self._lock:  # another trainer: another step counter, another step
                 self._decide()
 
@@ -135,7 +143,31 @@ class Engine:
             self.loop.training_call(begins)
 
     def step_ended(self, optimizer: Any) -> None:
+        if not self._device_known:  # a loop's device: its first optimizer's parameters
+            first = next((p for g in optimizer.param_groups for p in g["params"]), None)
+            self.training_device(getattr(first, "device", None))
         self.loop.optimizer_stepped(optimizer)
+
+    def training_device(self, device: Any) -> None:
+        """The rank trains on ``device``. Under a budget on a CUDA device, the caching
+        allocator's limit enforces the budget from now on (``_allocator_budget``), and no
+        dispatch mode watches the ops."""
+        if device is None or self._device_known:
+            return
+        budget = self.ledger.budget
+        if budget is not None and getattr(device, "type", None) == "cuda" and not cuda_ready():
+            # Asking the card now would initialise CUDA in this process, which a parent
+            # that forks its ranks (ddp_fork) must not: decide when the step moves.
+            self._waiting_device = device
+            return
+        self._device_known, self._waiting_device = True, None
+        if budget is None:
+            return
+        self.device_limit = AllocatorLimit.engage(device, budget)
+        if self.device_limit is not None:
+            self.ledger.enforced_elsewhere = True
+            if self.stop_counting is not None:
+                self.stop_counting()
 
     def tell_loop_observers(self, hook: str, *args: Any) -> None:
         if self._trainer is not None:
@@ -178,6 +210,8 @@ class Engine:
 
     def _decide(self) -> None:
         """Count what passed through, then decide which sites are live (lock held)."""
+        if self._waiting_device is not None:
+            self.training_device(self._waiting_device)
         self._tally.fold(self._counts, *self._period)
         group = group_reading()
         steps = step_reading(self.trainer) or self.step
@@ -400,6 +434,8 @@ class Engine:
                 self.counts().steps_seen.get(STEP_SITE),
             )
         self.ledger.release_all()
+        if self.device_limit is not None:
+            self.device_limit.release()
         self._close_sink()
 
     def _close_sink(self) -> None:
@@ -407,3 +443,11 @@ class Engine:
             if self._sink is not None:
                 self._sink.close()
                 self._sink = None
+
+
+def _root_device(trainer: Any) -> Any:
+    """The device a Trainer trains on (its strategy's root device), or None."""
+    try:
+        return trainer.strategy.root_device
+    except Exception:  # a Trainer half made, a strategy without one: nothing to read
+        return None

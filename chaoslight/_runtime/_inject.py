@@ -155,7 +155,8 @@ class Injection:
             points = _sites.points_for(self.schedule.sites | self.observe, deferred_oom=deferred)
             self._patches = _sites.install(points)
             _sites.STATE.dispatcher = self._engine
-            self._budget_mode = watch_allocations(self._engine)
+            self._budget_mode = mode = watch_allocations(self._engine)
+            self._engine.stop_counting = lambda: stop_watching(mode)
             self._tell_observers("on_run_start")
             enter_checks(self.checks if self.judge else ())
         except BaseException:
@@ -170,6 +171,9 @@ class Injection:
             return
         # Teardown happens whatever a check's exit() does: nothing may stay patched.
         try:
+            limit = self._engine.device_limit if self._engine is not None else None
+            if exc is not None and limit is not None and self._engine is not None:
+                limit.explain(exc, current_rank(), self._engine.step())
             if self._engine is not None and not self._engine.ran_a_trainer:
                 self._tell_observers("on_loop_end")
             failed_exit = exit_checks(self.checks if self.judge else ())

@@ -95,6 +95,9 @@ class MemoryLedger:
         self.budget = budget
         self.used = 0
         self.holds: list[Hold] = []
+        # On a CUDA device the caching allocator enforces the budget (``_allocator_budget``):
+        # the ledger still counts the holds, and refuses nothing itself.
+        self.enforced_elsewhere = False
         self._rank_of = rank_of
         # Tensors are freed (and give their bytes back) in whichever thread drops them.
         self._lock = threading.RLock()
@@ -103,10 +106,11 @@ class MemoryLedger:
         """Count ``nbytes`` as used; if that would go over, count nothing and return the
         ``(used, limit)`` that refused it."""
         with self._lock:
-            if self.budget is None or self.used + nbytes <= self.budget.limit_bytes:
+            limit = None if self.budget is None else self.budget.limit_bytes
+            if limit is None or self.enforced_elsewhere or self.used + nbytes <= limit:
                 self.used += nbytes
                 return None
-            return self.used, self.budget.limit_bytes
+            return self.used, limit
 
     def charge(self, nbytes: int, cause: str) -> None:
         """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
