@@ -126,6 +126,7 @@ LIGHTNING_ONLY = {
     "resume_repeats_batch": "train",
     "static_graph_manual": "train",
     "sigterm_exit_zero": "train_buggy",
+    "custom_sampler_order": "train",
 }
 
 

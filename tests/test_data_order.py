@@ -152,6 +152,59 @@ def test_pipeline_facts_read_the_promise_and_what_lightning_replaced() -> None:
     assert facts["promises"] == [] and facts["replaced"].startswith("WeightedRandomSampler")
 
 
+def wrapped(rank: int, asked: int | None, **changes: Any) -> dict[str, Any]:
+    """Lightning's DistributedSamplerWrapper around a sampler of the program's own that gave
+    the order fingerprinted ``asked`` this epoch."""
+    return sampler(rank, **{"class": "DistributedSamplerWrapper", "wraps": True}) | {
+        "asked": asked,
+        **changes,
+    }
+
+
+def wrapped_epochs(first: int | None, second: int | None, **changes: Any) -> Evidence:
+    return evidence(
+        {
+            epoch: {r: loader([wrapped(r, asked, epoch=epoch, **changes)]) for r in (0, 1)}
+            for epoch, asked in ((0, first), (1, second))
+        }
+    )
+
+
+def test_a_fixed_order_that_lightnings_wrapper_shuffles_is_found() -> None:
+    """The program's sampler gave the same order in two epochs; the wrapper drew a shuffle
+    of its positions: the rank did not train on its share of that order."""
+    (violation,) = CHECK.judge(wrapped_epochs(7, 7))
+    assert (violation.aspect, violation.rank) == ("replaced-order", 0)
+    assert violation.message.startswith("in epoch 1 rank 0 draws train loader 0's samples")
+    assert "DistributedSamplerWrapper(shuffle=True)" in violation.message
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "changes"),
+    [
+        pytest.param(7, 8, {}, id="the-programs-order-moves"),  # a random sampler of its own
+        pytest.param(7, 7, {"shuffle": False}, id="not-shuffled"),
+        pytest.param(None, None, {}, id="order-unread"),
+    ],
+)
+def test_an_order_the_program_does_not_fix_or_the_wrapper_keeps_passes(
+    first: int | None, second: int | None, changes: dict[str, Any]
+) -> None:
+    assert CHECK.judge(wrapped_epochs(first, second, **changes)) == []
+
+
+def test_pipeline_facts_fingerprint_the_order_the_programs_sampler_gave() -> None:
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    data = TensorDataset(torch.arange(8.0))
+    curriculum = [5, 3, 1, 7, 0, 2, 4, 6]
+    wrapper = DistributedSamplerWrapper(curriculum, num_replicas=2, rank=0, shuffle=True)
+    drawn = list(iter(wrapper))  # the wrapper lists the program's order as an epoch begins
+    (facts,) = pipeline_facts(DataLoader(data, sampler=wrapper))["samplers"]
+    assert facts["asked"] == hash(tuple(curriculum)) & 0xFFFFFFFFFFFFFFFF
+    assert drawn != curriculum[0::2]  # a shuffle of the positions, not the rank's share
+
+
 BUGS = "examples/bugs/sampler_loses_shuffle.py"
 
 
@@ -175,3 +228,23 @@ def test_real_programs(world2: World, target: str, found: bool) -> None:
     assert bool(outcome.violations) == found, outcome.report()
     if found:
         assert "epoch 1 trains on the same 12 batches" in outcome.violations[0].message
+
+
+@pytest.mark.slow
+def test_lightnings_shuffle_of_a_curriculum_is_its_known_issue_and_the_workaround_passes(
+    world2: World,
+) -> None:
+    """examples/known_issues/custom_sampler_order.py: the curriculum Lightning shuffles is
+    found with no fault and reported as Lightning's; the rank-aware curriculum is clean."""
+    from chaoslight import judge
+    from chaoslight.checks import FrameworkFacts
+
+    target = "examples/known_issues/custom_sampler_order.py"
+    checks = [DataOrder(), FrameworkFacts()]
+    outcome = world2.run(f"{target}:train", Schedule(), timeout=60, checks=checks)
+    assert [v.aspect for v in outcome.violations] == ["replaced-order"], outcome.report()
+    verdict = judge(outcome)
+    assert verdict.known is not None, outcome.report()
+    assert verdict.known.issue.key == "lightning-custom-sampler-shuffled"
+    fixed = world2.run(f"{target}:train_fixed", Schedule(), timeout=60, checks=checks)
+    assert fixed.status == "passed", fixed.report()

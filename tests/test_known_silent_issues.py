@@ -480,3 +480,34 @@ def test_a_hang_outside_that_shape_stays_the_programs(
     )
     assert key(outcome) is None
     assert judge(outcome).failed
+
+
+SHUFFLED = "lightning-custom-sampler-shuffled"
+
+
+def replaced_order() -> Violation:
+    return Violation(
+        "data-order",
+        "in epoch 1 rank 0 draws train loader 0's samples in another order than the "
+        "program's sampler gives",
+        rank=0,
+        aspect="replaced-order",
+    )
+
+
+@pytest.mark.parametrize("fired", ["", "flip@lightning.training_step rank=0 step=0"])
+def test_a_curriculum_lightnings_wrapper_shuffled_is_lightnings_whatever_else_fired(
+    fired: str,
+) -> None:
+    """Lightning#21131: the replaced order is claimed, with a fault beside it too."""
+    outcome = run([facts("2.6.6")] * 2, [replaced_order()], fired=fired)
+    found = match_known(outcome)
+    assert found is not None and found.issue.key == SHUFFLED
+    assert found.claimed.violations == (replaced_order(),)
+    assert "use_distributed_sampler=False" in found.issue.workaround
+
+
+def test_another_data_order_finding_beside_it_stays_the_programs() -> None:
+    hole = Violation("data-order", "in epoch 0 sample 3 of train loader 0 was drawn by no rank")
+    found = match_known(run([facts("2.6.6")] * 2, [replaced_order(), hole]))
+    assert found is not None and hole not in found.claimed.violations

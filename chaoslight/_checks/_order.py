@@ -28,12 +28,16 @@ around it) the report says so.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
+# The aspect of a violation that is the framework's replacement of the program's order
+# (the known issue ``lightning-custom-sampler-shuffled`` claims exactly these).
+ORDER = "replaced-order"
 MIN_DISTINCT_BATCHES = 10  # 10! > 3.6e6: a correct shuffle repeats an order by chance
 # The DistributedSampler's state that decides its permutation, and must agree across ranks.
 AGREED = ("length", "shuffle", "seed", "epoch", "drop_last", "replicas")
@@ -99,11 +103,15 @@ KNOWN_SAMPLER_MODULES = (
 
 
 def distributed_facts(sampler: Any) -> dict[str, Any]:
-    """What decides a DistributedSampler's indices this epoch."""
+    """What decides a DistributedSampler's indices this epoch; for Lightning's wrapper,
+    also a fingerprint of the order the program's own sampler gave this epoch (``asked``:
+    the wrapper draws positions in the list it made of it)."""
+    inner = getattr(sampler, "dataset", None)
     return {
         "class": type(sampler).__name__,
         "known": type(sampler).__module__ in KNOWN_SAMPLER_MODULES,
-        "wraps": hasattr(getattr(sampler, "dataset", None), "_sampler"),
+        "wraps": hasattr(inner, "_sampler"),
+        "asked": order_fingerprint(getattr(inner, "_sampler_list", None)),
         "length": len(sampler.dataset),
         "shuffle": bool(sampler.shuffle),
         "seed": int(sampler.seed),
@@ -112,6 +120,17 @@ def distributed_facts(sampler: Any) -> dict[str, Any]:
         "replicas": int(sampler.num_replicas),
         "rank": int(sampler.rank),
     }
+
+
+def order_fingerprint(order: Any) -> int | None:
+    """One 64-bit fingerprint of a list of sample indices, or None (no list, or items that
+    do not hash)."""
+    if not isinstance(order, list):
+        return None
+    try:
+        return hash(tuple(order)) & 0xFFFFFFFFFFFFFFFF
+    except TypeError:
+        return None
 
 
 def distributed_indices(facts: dict[str, Any]) -> list[int]:
@@ -156,6 +175,11 @@ class DataOrder(Check):
         "DistributedSamplers that permute differently on different ranks (a seed per rank, "
         "a data set built in a rank-dependent order or length, set_epoch on some ranks "
         "only): give every rank the same data set and seed"
+    )
+    order_cause = (
+        "a sampler of the program's own under DDP with use_distributed_sampler=True: "
+        "Lightning wraps it in DistributedSamplerWrapper(shuffle=True) for training, "
+        "which shuffles the order the sampler gives"
     )
     epoch_cause = (
         "a shuffling sampler whose set_epoch is never called: Lightning calls set_epoch "
@@ -211,9 +235,11 @@ class DataOrder(Check):
         if data_altered(evidence):
             batches.clear()  # a fault repeated or lost a batch: the streams are its doing
         for fit in sorted(set(pipelines) | set(batches)):
-            found = self._fit(pipelines[fit], batches[fit])
-            if found is not None:
-                return [found]
+            # Lightning's replacement of the program's order is reported beside, never
+            # instead of, what the program's own pipeline did (a known issue claims it).
+            found = [self._fit(pipelines[fit], batches[fit]), self._order_replaced(pipelines[fit])]
+            if any(found):
+                return [v for v in found if v is not None]
         return []
 
     def _fit(
@@ -229,6 +255,37 @@ class DataOrder(Check):
                     found = self._by_content(previous, epoch, pipelines[epoch], batches)
             if found is not None:
                 return found
+        return None
+
+    def _order_replaced(self, pipelines: dict[int, dict[int, Any]]) -> Violation | None:
+        """A sampler of the program's own that gave the same order in two epochs, which
+        Lightning's ``DistributedSamplerWrapper(shuffle=True)`` drew in another: each rank
+        trained on a shuffle of the order the program asked for, not on its share of it."""
+        epochs = sorted(pipelines)
+        for previous, epoch in itertools.pairwise(epochs):
+            for rank in sorted(set(pipelines[previous]) & set(pipelines[epoch])):
+                before = sampler_list(pipelines[previous][rank])
+                now = sampler_list(pipelines[epoch][rank])
+                for (index, old), (_, new) in zip(before, now, strict=False):
+                    if not (new["wraps"] and new["known"] and new["shuffle"]):
+                        continue
+                    if new["asked"] is None or old.get("asked") != new["asked"]:
+                        continue  # the program's own order moves: nothing fixed was asked
+                    drawn = distributed_indices(new)
+                    share = distributed_indices(new | {"shuffle": False})
+                    if drawn == share:
+                        continue
+                    message = (
+                        f"in epoch {epoch} rank {rank} draws train loader {index}'s samples "
+                        f"in another order than the program's sampler gives (the same order "
+                        f"in epochs {previous} and {epoch}): Lightning replaced it with "
+                        f"{new['class']}(shuffle=True), which draws positions {drawn[:4]}… "
+                        f"of that order where the rank's share is positions {share[:4]}…"
+                        + replaced({rank: pipelines[epoch][rank]}, index)
+                    )
+                    return Violation(
+                        self.name, message, rank=rank, cause=self.order_cause, aspect=ORDER
+                    )
         return None
 
     def _coverage(self, epoch: int, ranks: dict[int, Any]) -> Violation | None:

@@ -12,7 +12,7 @@ def known_issue_block(
     signature, workaround, reference = notes
     return [
         f"known issue in {title}",
-        f"  schedule: {schedule}",
+        f"  schedule: {schedule or '(none: a fault-free run shows it)'}",
         f"  evidence: {evidence}",
         f"  signature: {signature}",
         f"  workaround: {workaround}",

@@ -38,6 +38,7 @@ from chaoslight._verdict._known_sigterm import (
     stopped_alone_claims,
 )
 from chaoslight._verdict._known_silent import (
+    custom_sampler_shuffled,
     epoch_end_resume_by_steps,
     package_in_facts,
     repeated_batch_after_resume,
@@ -302,6 +303,35 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "(examples/known_issues/iteration_resume.py:train_fixed)"
         ),
         claims=epoch_end_resume_by_steps,
+    ),
+    KnownIssue(
+        key="lightning-custom-sampler-shuffled",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "under DDP a training loader's own sampler is wrapped in "
+            "DistributedSamplerWrapper(shuffle=True): each rank trains on a shuffle of the "
+            "order the sampler gives (a curriculum, a fixed order) instead of its share of it"
+        ),
+        signature=(
+            "data-order saw a training loader whose sampler is the program's own (not "
+            "torch's RandomSampler or SequentialSampler) inside Lightning's "
+            "DistributedSamplerWrapper with shuffle=True, the program's sampler giving the "
+            "same order in two epochs and the rank drawing another; it claims those "
+            "data-order violations only, whatever else fired"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/21131 and "
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/21447 (open; "
+            "_get_distributed_sampler passes shuffle=True for every training loader)"
+        ),
+        workaround=(
+            "Trainer(use_distributed_sampler=False) with a rank-aware sampler of your own, "
+            "e.g. lightning.fabric.utilities.distributed.DistributedSamplerWrapper("
+            "your_sampler, shuffle=False) built in the DataModule's train_dataloader "
+            "(examples/known_issues/custom_sampler_order.py:train_fixed)"
+        ),
+        claims=custom_sampler_shuffled,
     ),
 )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
+from chaoslight._checks._order import ORDER as REPLACED
 from chaoslight._checks._restart import faults_leave_training_alone
 from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime import Event, Violation
@@ -27,6 +28,7 @@ from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery
 
 REPLICAS = "replicas-in-sync"
+ORDER = "data-order"
 RESTART = "restart-equivalence"
 
 
@@ -107,6 +109,19 @@ def epoch_end_resume_by_steps(outcome: Outcome, taken: list[Delivery]) -> Claime
     ):
         return NOTHING
     return Claimed(violations=_resume_position(outcome))
+
+
+def custom_sampler_shuffled(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning#21131 / #21447: for training under DDP with ``use_distributed_sampler``,
+    Lightning wraps a sampler of the program's own in ``DistributedSamplerWrapper`` with
+    ``shuffle=True``, which shuffles the order the sampler gives (a curriculum, a fixed
+    order). It claims ``data-order``'s violations of that replaced order, which only
+    Lightning's wrapper makes (the check reads the wrapper and the program's order from
+    the ranks' loaders), whatever else fired; every other data-order finding, a coverage
+    hole or an order that never reshuffles, stays the program's."""
+    return Claimed(
+        violations=tuple(v for v in _failing(outcome) if v.check == ORDER and v.aspect == REPLACED)
+    )
 
 
 def _resume_position(outcome: Outcome) -> tuple[Violation, ...]:
