@@ -59,3 +59,60 @@ def fabric_train() -> float:
         opt.zero_grad()
         fabric.save("state.ckpt", {"model": model, "optimizer": opt})
     return float(fabric.all_reduce(loss.detach(), reduce_op="mean"))
+
+
+def _ddp_loop(step_on: object, hook: bool = False) -> float:
+    """A plain DDP loop; ``step_on(rank, iteration)`` says whether this rank steps its
+    optimizer at that iteration (every rank does the backward, so no collective waits).
+    With ``hook``, a communication hook of the program's own that averages nothing (local
+    SGD) and a parameter average every second step: replicas apart in between, by design."""
+    assert dist.is_initialized()
+    torch.manual_seed(dist.get_rank())  # DDP broadcasts rank 0's weights: equal anyway
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    if hook:
+
+        def local(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+            future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            future.set_result(bucket.buffer())
+            return future
+
+        # DDP checks the annotations as objects; this file's are strings (PEP 563).
+        local.__annotations__ = {
+            "state": object,
+            "bucket": dist.GradBucket,
+            "return": torch.futures.Future[torch.Tensor],
+        }
+        model.register_comm_hook(None, local)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, shuffle=False))
+    loss = torch.zeros(())
+    for iteration, (x, y) in enumerate(loader):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if step_on(dist.get_rank(), iteration):  # type: ignore[operator]
+            opt.step()
+        opt.zero_grad()
+        if hook and iteration % 2:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    dist.all_reduce(parameter)
+                    parameter /= dist.get_world_size()
+    return float(loss.detach())
+
+
+def plain_ddp_loop() -> float:
+    """A correct plain DDP loop: every rank steps every iteration."""
+    return _ddp_loop(lambda rank, iteration: True)
+
+
+def plain_skips_a_step_on_one_rank() -> float:
+    """Rank 1 skips its optimizer step at iteration 1 (a rank-local condition around
+    ``opt.step()``): its replica parts from rank 0's there, silently."""
+    return _ddp_loop(lambda rank, iteration: not (rank == 1 and iteration == 1))
+
+
+def plain_local_sgd() -> float:
+    """A correct local-SGD loop: no gradient averaging (its own comm hook), parameters
+    averaged every second step."""
+    return _ddp_loop(lambda rank, iteration: True, hook=True)

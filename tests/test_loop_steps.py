@@ -289,14 +289,15 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     from chaoslight._search._coverage import coverage
     from chaoslight._search._reach import Reach
 
-    names = ("replicas-in-sync", "no-hang", "finite-loss", "finite-grads")
+    names = ("data-order", "no-hang", "finite-loss", "finite-grads", "replicas-in-sync")
     checks = [check_from_name(name) for name in names]
     loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
     line = loop.line()
-    assert "no Trainer ran" in line and "replicas-in-sync" in line
+    assert "no Trainer ran" in line and "data-order" in line
     unjudged = line.split("but", 1)[1]
     assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
-    assert "finite-loss" not in unjudged and "finite-grads" not in unjudged  # loop hooks
+    for judged in ("finite-loss", "finite-grads", "replicas-in-sync"):  # loop hooks
+        assert judged not in unjudged
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
 
@@ -358,3 +359,30 @@ def test_a_loop_that_skips_the_step_of_a_non_finite_loss_passes() -> None:
     with chaoslight.inject(Schedule(), checks=checks) as run:
         loss_loop(bad_step=1, skip_bad=True)
     assert run.violations == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "apart_at"),
+    [
+        ("plain_ddp_loop", None),
+        ("plain_skips_a_step_on_one_rank", 1),
+        ("plain_local_sgd", None),  # its own comm hook: replicas apart by design
+    ],
+)
+def test_replicas_of_a_ddp_loop_are_judged_after_each_optimizer_step(
+    world2: Any, target: str, apart_at: int | None
+) -> None:
+    """In a plain DDP loop, replicas-in-sync compares the DDP modules' parameters after
+    each optimizer step: a step skipped on one rank parts them at that step."""
+    from chaoslight._runtime._protocol import check_from_name
+
+    checks = [check_from_name("replicas-in-sync")]
+    outcome = world2.run(loop_target(target), Schedule(), timeout=TIMEOUT, checks=checks)
+    if apart_at is None:
+        assert outcome.passed, outcome.report()
+        return
+    (violation,) = outcome.violations
+    assert (violation.check, violation.step) == ("replicas-in-sync", apart_at), outcome.report()
+    assert "differs between rank 0 and rank 1 after the optimizer step" in violation.message
+    assert "after different numbers of backward passes (rank 0 2, rank 1 3)" in violation.cause

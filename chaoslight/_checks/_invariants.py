@@ -138,10 +138,44 @@ class ReplicasInSync(Check):
             facts["lrs"] = learning_rates(trainer)
             observe(check.name, trainer, facts)
 
+        # In a loop no Trainer runs: the replicas are the DistributedDataParallel modules
+        # (DDP broadcasts rank 0's state when built and averages every gradient, so a
+        # correct program keeps them equal after every optimizer step), found once, at
+        # the loop's first optimizer step. A module with a communication hook of the
+        # program's own (local SGD averages the parameters only now and then) is left out.
+        loop: dict[str, Any] = {"modules": None, "steps": 0, "backwards": 0}
+
+        def on_loop_backward(self: Any, tensors: Any) -> None:
+            loop["backwards"] += 1
+
+        def on_loop_after_optimizer_step(self: Any, optimizer: Any) -> None:
+            loop["steps"] += 1
+            if loop["modules"] is None:
+                loop["modules"] = ddp_modules()
+            modules = [m for ref in loop["modules"] if (m := ref()) is not None]
+            modules = [m for m in modules if not getattr(m, "_comm_hooks", None)]
+            if not modules:
+                return
+            several = len(modules) > 1
+            items = [
+                (f"{index}.{name}" if several else name, tensor)
+                for index, ddp in enumerate(modules)
+                for name, tensor in ddp.module.named_parameters()
+            ]
+            tensors = [tensor.detach() for _, tensor in items]
+            sums, sizes = summaries(tensors, bits=True), [t.numel() for t in tensors]
+            facts = {"fit": 0, "names": [n for n, _ in items], "sums": sums, "sizes": sizes}
+            facts |= {"parameters": len(items), "optimizer_steps": loop["steps"]}
+            facts["backwards"] = loop["backwards"]  # a step skipped shows as more of these
+            facts["lrs"] = [_rate(group.get("lr")) for group in optimizer.param_groups]
+            observe(check.name, None, facts)
+
         hooks = {
             "on_fit_start": on_fit_start,
             "on_train_start": on_train_start,
             "on_train_batch_end": on_train_batch_end,
+            "on_loop_backward": on_loop_backward,
+            "on_loop_after_optimizer_step": on_loop_after_optimizer_step,
         }
         return observer_class("ReplicasInSyncObserver", hooks)()
 
@@ -197,6 +231,28 @@ class ReplicasInSync(Check):
         return abs(mine[0] - theirs[0]) > self.atol * max(size, 1)
 
 
+def ddp_modules() -> list[Any]:
+    """Weak references to the live ``DistributedDataParallel`` modules of more than one
+    rank (read once per run: a scan of the objects the collector tracks)."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return []
+    found = [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
+    return [weakref.ref(module) for module in found]
+
+
+def _rate(rate: Any) -> float | None:
+    try:
+        return None if rate is None else float(rate)
+    except (TypeError, ValueError):
+        return None
+
+
 def learning_rates(trainer: Any) -> list[float | None]:
     """Every param group's learning rate, optimizer by optimizer."""
     rates: list[float | None] = []
@@ -221,6 +277,15 @@ def _cause(history: list[tuple[int, dict[int, dict[str, Any]]]]) -> str:
                 f"the ranks took different numbers of optimizer steps (by step {step}: "
                 f"{counts}): an optimizer step skipped on one rank (a rank-local condition "
                 "around opt.step(), or a training_step that returned None on one rank)"
+            )
+        # A loop's step is its k-th optimizer step: one skipped shows as more backwards.
+        backwards = {rank: facts.get("backwards") for rank, facts in ranks.items()}
+        if None not in backwards.values() and len(set(backwards.values())) > 1:
+            counts = ", ".join(f"rank {r} {count}" for r, count in sorted(backwards.items()))
+            return (
+                f"the ranks reached their optimizer step {step} after different numbers of "
+                f"backward passes ({counts}): an optimizer step skipped on one rank (a "
+                "rank-local condition around optimizer.step())"
             )
         rates = {rank: facts.get("lrs") for rank, facts in ranks.items()}
         if None not in rates.values() and len({repr(r) for r in rates.values()}) > 1:

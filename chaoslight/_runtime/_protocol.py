@@ -19,8 +19,9 @@ injection begins, and ``on_loop_end()``, called when it ends in a process where 
 Trainer ran (a loop the program writes itself: Fabric, plain PyTorch), where no Trainer
 hook would tell it the run is over. In such a process it is also told of the loop's
 training: ``on_loop_backward(tensors)`` after each backward (what was passed to
-``torch.autograd.backward``) and ``on_loop_before_optimizer_step(optimizer)`` before each
-optimizer step (after the step's faults fired), at the loop's step
+``torch.autograd.backward``), ``on_loop_before_optimizer_step(optimizer)`` before each
+optimizer step (after the step's faults fired) and ``on_loop_after_optimizer_step(optimizer)``
+after it, at the loop's step
 (``_runtime/_loop_steps.py``).
 
 The lower layers read these through the helpers below, never by comparing names.
@@ -55,7 +56,7 @@ def observed_sites(checks: Iterable[Any]) -> frozenset[str]:
 
 
 # The hooks that tell an observer of a loop's training (the module docstring).
-LOOP_HOOKS = ("on_loop_backward", "on_loop_before_optimizer_step")
+LOOP_HOOKS = ("on_loop_backward", "on_loop_before_optimizer_step", "on_loop_after_optimizer_step")
 
 
 def judges_loops(check: Any) -> bool:

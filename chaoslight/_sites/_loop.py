@@ -112,6 +112,7 @@ def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 def _after_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     dispatcher = STATE.dispatcher
     if dispatcher is not None:
+        dispatcher.tell_loop_observers("on_loop_after_optimizer_step", optimizer)
         dispatcher.step_ended(optimizer)
 
 
