@@ -266,25 +266,31 @@ def learning_rates(trainer: Any) -> list[float | None]:
     return rates
 
 
+def _apart(ranks: dict[int, dict[str, Any]], key: str) -> str:
+    """'rank 0 2, rank 1 3' where every rank recorded ``key`` and they differ; else ''."""
+    counts = {rank: facts.get(key) for rank, facts in ranks.items()}
+    if None in counts.values() or len(set(counts.values())) < 2:
+        return ""
+    return ", ".join(f"rank {rank} {count}" for rank, count in sorted(counts.items()))
+
+
 def _cause(history: list[tuple[int, dict[int, dict[str, Any]]]]) -> str:
     """Why replicas parted, from the first step at which the ranks' optimizer step counts or
     learning rates differed; else the usual suspects."""
     for step, ranks in history:
-        steps = {rank: facts.get("optimizer_steps") for rank, facts in ranks.items()}
-        if None not in steps.values() and len(set(steps.values())) > 1:
-            counts = ", ".join(f"rank {rank} {count}" for rank, count in sorted(steps.items()))
+        steps = _apart(ranks, "optimizer_steps")
+        if steps:
             return (
                 f"the ranks took different numbers of optimizer steps (by step {step}: "
-                f"{counts}): an optimizer step skipped on one rank (a rank-local condition "
+                f"{steps}): an optimizer step skipped on one rank (a rank-local condition "
                 "around opt.step(), or a training_step that returned None on one rank)"
             )
         # A loop's step is its k-th optimizer step: one skipped shows as more backwards.
-        backwards = {rank: facts.get("backwards") for rank, facts in ranks.items()}
-        if None not in backwards.values() and len(set(backwards.values())) > 1:
-            counts = ", ".join(f"rank {r} {count}" for r, count in sorted(backwards.items()))
+        backwards = _apart(ranks, "backwards")
+        if backwards:
             return (
                 f"the ranks reached their optimizer step {step} after different numbers of "
-                f"backward passes ({counts}): an optimizer step skipped on one rank (a "
+                f"backward passes ({backwards}): an optimizer step skipped on one rank (a "
                 "rank-local condition around optimizer.step())"
             )
         rates = {rank: facts.get("lrs") for rank, facts in ranks.items()}
