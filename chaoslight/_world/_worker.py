@@ -222,6 +222,10 @@ class Worker:
             self.release()  # the target destroyed the group (or replaced it)
             return Group.LOST
         if not clean:
+            # Its connections first: a peer waiting in a collective is released now, not
+            # when the collection frees whatever still holds the group (a traceback's frames,
+            # a DDP reducer) and the destroy runs, which a loaded machine may make late.
+            self.sockets.release()
             self.release()
             return Group.DESTROYED
         return Group.KEPT
