@@ -37,7 +37,7 @@ from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train
 
 # The aspect of a violation that is the framework's replacement of the program's order
 # (the known issue ``lightning-custom-sampler-shuffled`` claims exactly these).
-ORDER = "replaced-order"
+REPLACED_ORDER = "replaced-order"
 MIN_DISTINCT_BATCHES = 10  # 10! > 3.6e6: a correct shuffle repeats an order by chance
 # The DistributedSampler's state that decides its permutation, and must agree across ranks.
 AGREED = ("length", "shuffle", "seed", "epoch", "drop_last", "replicas")
@@ -284,7 +284,7 @@ class DataOrder(Check):
                         + replaced({rank: pipelines[epoch][rank]}, index)
                     )
                     return Violation(
-                        self.name, message, rank=rank, cause=self.order_cause, aspect=ORDER
+                        self.name, message, rank=rank, cause=self.order_cause, aspect=REPLACED_ORDER
                     )
         return None
 

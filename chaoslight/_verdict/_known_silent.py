@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
-from chaoslight._checks._order import ORDER as REPLACED
+from chaoslight._checks._order import REPLACED_ORDER
 from chaoslight._checks._restart import faults_leave_training_alone
 from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime import Event, Violation
@@ -28,7 +28,7 @@ from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery
 
 REPLICAS = "replicas-in-sync"
-ORDER = "data-order"
+DATA_ORDER = "data-order"
 RESTART = "restart-equivalence"
 
 
@@ -119,8 +119,9 @@ def custom_sampler_shuffled(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     Lightning's wrapper makes (the check reads the wrapper and the program's order from
     the ranks' loaders), whatever else fired; every other data-order finding, a coverage
     hole or an order that never reshuffles, stays the program's."""
+    failing = _failing(outcome)
     return Claimed(
-        violations=tuple(v for v in _failing(outcome) if v.check == ORDER and v.aspect == REPLACED)
+        violations=tuple(v for v in failing if (v.check, v.aspect) == (DATA_ORDER, REPLACED_ORDER))
     )
 
 
