@@ -17,7 +17,8 @@ from helpers import fit, tiny_model
 import chaoslight
 from chaoslight import Event, Schedule
 from chaoslight._checks import _invariants
-from chaoslight._checks._invariants import BLOCK_CPU, all_finite, checksums, summaries
+from chaoslight._checks._finite import all_finite
+from chaoslight._checks._invariants import BLOCK_CPU, checksums, summaries
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._runtime._inject import active
 from chaoslight.checks import DisjointShards, Evidence, FiniteGrads, FiniteLoss, ReplicasInSync

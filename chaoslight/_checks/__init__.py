@@ -13,7 +13,8 @@ from chaoslight._checks._behaviour import ErrorsSurface, NoHang
 from chaoslight._checks._buffers import BuffersInSync
 from chaoslight._checks._exits import ExitStatus
 from chaoslight._checks._facts import FrameworkFacts
-from chaoslight._checks._invariants import FiniteGrads, FiniteLoss, ReplicasInSync
+from chaoslight._checks._finite import FiniteGrads, FiniteLoss
+from chaoslight._checks._invariants import ReplicasInSync
 from chaoslight._checks._learned import LearnedInvariants
 from chaoslight._checks._order import DataOrder
 from chaoslight._checks._reruns import Deterministic, ResumeEquivalence
