@@ -116,3 +116,73 @@ def plain_local_sgd() -> float:
     """A correct local-SGD loop: no gradient averaging (its own comm hook), parameters
     averaged every second step."""
     return _ddp_loop(lambda rank, iteration: True, hook=True)
+
+
+def _resumable(dropout: float, keep_optimizer: bool, sampler: str = "distributed") -> float:
+    """A plain DDP loop over two epochs that rank 0 checkpoints every second step
+    (atomically, behind a barrier) and a restarted job resumes from, skipping the batches
+    it trained before. ``keep_optimizer=False`` is the bug: Adam's state is not saved."""
+    import os
+
+    from torch.utils.data import RandomSampler
+
+    assert dist.is_initialized()
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, 16), torch.nn.Dropout(dropout), torch.nn.Linear(16, 1)]
+    model = DistributedDataParallel(torch.nn.Sequential(*layers))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    data = _data()
+    picks = DistributedSampler(data, seed=0) if sampler == "distributed" else RandomSampler(data)
+    loader = DataLoader(data, batch_size=2, sampler=picks)
+    per_epoch = len(loader)
+    done, path = 0, "resume.pt"
+    if os.path.exists(path):
+        state = torch.load(path)
+        model.module.load_state_dict(state["model"])
+        if "optimizer" in state:
+            opt.load_state_dict(state["optimizer"])
+        done = int(state["step"])
+    loss = torch.zeros(())
+    for epoch in range(done // per_epoch, 2):
+        if isinstance(picks, DistributedSampler):
+            picks.set_epoch(epoch)
+        for index, (x, y) in enumerate(loader):
+            step = epoch * per_epoch + index
+            if step < done:
+                continue
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if step % 2 == 1:
+                if dist.get_rank() == 0:
+                    state = {"model": model.module.state_dict(), "step": step + 1}
+                    if keep_optimizer:
+                        state["optimizer"] = opt.state_dict()
+                    torch.save(state, path + ".tmp")
+                    os.replace(path + ".tmp", path)
+                dist.barrier()
+    return float(loss.detach())
+
+
+def resumable_adam() -> float:
+    """Correct: the checkpoint holds the model, the optimizer and the step."""
+    return _resumable(0.0, keep_optimizer=True)
+
+
+def resumable_adam_forgets_its_state() -> float:
+    """The bug: the resumed job's Adam starts over (moments and step count at 0)."""
+    return _resumable(0.0, keep_optimizer=False)
+
+
+def resumable_dropout() -> float:
+    """Correct, with dropout: a resumed run draws other masks than an uninterrupted one
+    (no checkpoint holds the random state), so its weights end elsewhere."""
+    return _resumable(0.5, keep_optimizer=True)
+
+
+def resumable_random_order() -> float:
+    """Correct, over a RandomSampler whose order the random state decides: a job resumed
+    in the second epoch reads it in another order than an uninterrupted one (its iterator
+    draws another seed), so it trains on other samples and ends with other weights."""
+    return _resumable(0.0, keep_optimizer=True, sampler="random")

@@ -4,9 +4,10 @@ Fast: ``LOOPS`` names exactly the programs there, at least eight of each kind, a
 imports with its targets and a docstring. Slow, in the session's 2-rank World: every
 correct program (a ``train_fixed`` twin or a ``train``) passes a fault-free run and its
 bug's schedule; every buggy twin fails under that schedule, and the verdict is the
-program's, not a known issue's. A silent bug (a resume that loses state) fails nothing:
-under its restart the buggy twin ends elsewhere than the fault-free run, the fixed twin
-where it did."""
+program's, not a known issue's. A silent bug (a resume that loses state) fails no rank:
+under its restart every rank of the buggy twin returns, another value than the
+fault-free run, and ``restart-equivalence`` says where the restarted job trained
+otherwise; the fixed twin ends where the fault-free run did."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from chaoslight import Schedule, judge
+from chaoslight._report import PASSED
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -82,15 +84,16 @@ def _values(outcome: Any) -> list[Any]:
 @pytest.mark.parametrize("loop", BUGGY, ids=lambda loop: loop.name)
 def test_the_bug_shows_under_its_schedule_and_the_twin_survives_it(world2: Any, loop: Any) -> None:
     schedule = Schedule.parse(loop.reveals)
-    buggy = world2.run(loop.target("train_buggy"), schedule, timeout=TIMEOUT)
-    fixed = world2.run(loop.target("train_fixed"), schedule, timeout=TIMEOUT)
+    checks = ["restart-equivalence"] if loop.silent else []
+    buggy = world2.run(loop.target("train_buggy"), schedule, timeout=TIMEOUT, checks=checks)
+    fixed = world2.run(loop.target("train_fixed"), schedule, timeout=TIMEOUT, checks=checks)
     verdict = judge(fixed)
     assert not verdict.failed or verdict.known is not None, fixed.report()
-    if loop.silent:  # nothing fails: the restarted job ends elsewhere, or where it should
+    if loop.silent:  # no rank fails: the restarted job ends elsewhere, or where it should
         clean = _values(world2.run(loop.target("train_fixed"), Schedule(), timeout=TIMEOUT))
-        assert buggy.passed and fixed.passed, (buggy.report(), fixed.report())
+        assert fixed.passed and all(r.status == PASSED for r in buggy.ranks), buggy.report()
         assert _values(fixed) == pytest.approx(clean, rel=1e-6), fixed.report()
         assert _values(buggy) != pytest.approx(clean, rel=1e-3), buggy.report()
-        return
+        assert [v.check for v in buggy.violations] == ["restart-equivalence"], buggy.report()
     verdict = judge(buggy)
     assert verdict.failed and verdict.known is None, (verdict.reason, buggy.report())

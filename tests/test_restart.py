@@ -106,6 +106,23 @@ def test_callback_state_missing_from_the_checkpoint_ends_elsewhere(world2: Any) 
 
 
 @pytest.mark.slow
+def test_resume_equivalence_judges_no_restart_whose_fault_changed_training(world2: Any) -> None:
+    """A repeated batch trains the job on other data than the fault-free reference: the
+    restart is not judged by its weights (a false alarm of the default-budget campaign)."""
+    from chaoslight.checks import ResumeEquivalence
+
+    text = (
+        "restarts 1\nrepeat_batch@lightning.next_batch rank=0 step=0\n"
+        + CRASH_IN_EPOCH_2.split("\n")[1]
+    )
+    fixed = world2.run(
+        CALLBACK + "train_fixed", Schedule.parse(text), timeout=10, checks=[ResumeEquivalence()]
+    )
+    assert fixed.attempts and not fixed.violations, fixed.report()
+    assert not judge(fixed).failed, fixed.report()
+
+
+@pytest.mark.slow
 def test_a_preempted_job_resumes_from_its_own_snapshot(world2: Any) -> None:
     """Preempt then restart: the agreement's snapshot is what the restarted job resumes;
     the preempted run told its launcher it did not finish (exit status 143)."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from chaoslight import Event, Schedule, judge
-from chaoslight._checks._restart import faults_leave_training_alone
+from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._runtime._events import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight.checks import Evidence, RankView, RestartEquivalence, check_by_name

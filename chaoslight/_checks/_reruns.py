@@ -10,8 +10,10 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._invariants import checksums
 from chaoslight._checks._reference import ProgramKey, program_key
+from chaoslight._report import Outcome
+from chaoslight._runtime._events import budget_of, parse_fired
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import Crash, Schedule
+from chaoslight._schedule import Crash, Schedule, Severity
 from chaoslight._schedule._validate import check_bounded_int, check_count, check_tolerance
 
 MAX_RUNS = 100
@@ -179,6 +181,8 @@ class ResumeEquivalence(Check):
         # A fresh directory per judgement: a restart must never resume from a checkpoint
         # an earlier example left behind (that made replays disagree with the search).
         workdir = Path(tempfile.mkdtemp(prefix="resume-", dir=scratch))
+        if getattr(full.schedule, "restarts", 0) and not faults_leave_training_alone(full):
+            return []  # a fault that may change training (a repeated batch) fired
         try:
             # The reference is uninterrupted *and fault-free*: a run that recovered from
             # a fault (a skipped batch) may end elsewhere without any resume bug.
@@ -260,6 +264,23 @@ class ResumeEquivalence(Check):
     ) -> Violation:
         cause = LIGHTNING_MID_EPOCH if warning else self.cause
         return Violation(self.name, message, rank=rank, step=step, cause=cause, warning=warning)
+
+
+def faults_leave_training_alone(evidence: Evidence | Outcome) -> bool:
+    """Every fault that fired ended its run (a crash, a preemption) or cannot change
+    training (a benign fault); in the last run only benign ones fired."""
+    budget = budget_of(evidence.schedule)
+    for run in (*evidence.attempts, evidence):
+        last = run is evidence
+        fired = parse_fired(run.events)
+        if fired.unreadable:
+            return False
+        for fault in (f.fault for f in fired):
+            if fault.fault_class(budget) == Severity.BENIGN:
+                continue
+            if last or not (fault.kills_process or fault.acts_later):
+                return False
+    return True
 
 
 # Lightning's own words when it resumes a plain loader mid-epoch (training_epoch_loop.py).

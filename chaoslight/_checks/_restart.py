@@ -25,7 +25,7 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation
 from chaoslight._checks._reference import fault_free, note, passed_everywhere
-from chaoslight._checks._reruns import LIGHTNING_MID_EPOCH
+from chaoslight._checks._reruns import LIGHTNING_MID_EPOCH, faults_leave_training_alone
 from chaoslight._checks._restart_compare import (
     CAUSE,
     Comparison,
@@ -38,10 +38,8 @@ from chaoslight._checks._restart_compare import (
     steps,
 )
 from chaoslight._checks._restart_facts import observer
-from chaoslight._report import Outcome
-from chaoslight._runtime._events import budget_of, parse_fired
+from chaoslight._checks._restart_loops import compare_loops, is_loop, loop_hooks, loop_of
 from chaoslight._runtime._protocol import Rerun
-from chaoslight._schedule import Severity
 
 
 class RestartEquivalence(Check):
@@ -54,7 +52,7 @@ class RestartEquivalence(Check):
     cause = CAUSE
 
     def observer(self) -> Any:
-        return observer(self.name)
+        return observer(self.name, loop_hooks(self.name))
 
     def judge(self, evidence: Evidence) -> list[Violation]:
         return []  # a restart needs a World: see judge_reruns
@@ -64,6 +62,8 @@ class RestartEquivalence(Check):
             return []  # a reference kept, no restart, or a last run the verdict judges itself
         if not faults_leave_training_alone(evidence):
             return []
+        if is_loop(evidence, self.name):
+            return self._judge_loop(evidence, rerun)
         runs = [fits_of(run, self.name) for run in (*evidence.attempts, evidence)]
         if not any(fit.resumed_at() > 0 for run in runs[1:] for fit in run.values()):
             return []  # every restart trained from step 0: nothing was resumed
@@ -79,22 +79,15 @@ class RestartEquivalence(Check):
             violations = [result.weights, *violations]
         return violations
 
-
-def faults_leave_training_alone(evidence: Evidence | Outcome) -> bool:
-    """Every fault that fired ended its run (a crash, a preemption) or cannot change
-    training (a benign fault); in the last run only benign ones fired."""
-    budget = budget_of(evidence.schedule)
-    for run in (*evidence.attempts, evidence):
-        last = run is evidence
-        fired = parse_fired(run.events)
-        if fired.unreadable:
-            return False
-        for fault in (f.fault for f in fired):
-            if fault.fault_class(budget) == Severity.BENIGN:
-                continue
-            if last or not (fault.kills_process or fault.acts_later):
-                return False
-    return True
+    def _judge_loop(self, evidence: Evidence, rerun: Rerun) -> list[Violation]:
+        """A loop no Trainer runs (``_restart_loops``): judged where the job is one
+        deterministic path, against two fault-free runs that agree."""
+        runs = [loop_of(run, self.name) for run in (*evidence.attempts, evidence)]
+        if not runs[-1].steps or runs[-1].drew:
+            return []
+        references = [loop_of(run, self.name) for run in fault_free(self, evidence, rerun, 2)]
+        result = compare_loops(self.name, references, runs)
+        return result.violations() if result is not None else []
 
 
 def _references_agree(check: Any, evidence: Evidence, rerun: Rerun) -> bool:

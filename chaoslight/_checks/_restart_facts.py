@@ -300,8 +300,9 @@ def _watch_hooks(check: str, fit: dict[str, Any], watch: RandomWatch) -> dict[st
     }
 
 
-def observer(check: str) -> Any:
-    """The callback that records the facts above in each rank."""
+def observer(check: str, loop_hooks: dict[str, Any]) -> Any:
+    """The callback that records the facts above in each rank; in a loop that no Trainer
+    runs, ``loop_hooks`` record (``_restart_loops``)."""
     cache: dict[Any, Any] = {}  # this fit's hash multipliers
     watch = RandomWatch()
     # This process's fit index; whether the fit is training; whether the next batch
@@ -357,5 +358,6 @@ def observer(check: str) -> Any:
         "on_exception": forget,
         "teardown": forget,
         **_watch_hooks(check, fit, watch),
+        **loop_hooks,
     }
     return observer_class("RestartEquivalenceObserver", hooks)()

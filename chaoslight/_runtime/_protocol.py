@@ -18,7 +18,9 @@ An observer (what ``observer()`` returns) may also have ``on_run_start()``, call
 injection begins, and ``on_loop_end()``, called when it ends in a process where no
 Trainer ran (a loop the program writes itself: Fabric, plain PyTorch), where no Trainer
 hook would tell it the run is over. In such a process it is also told of the loop's
-training: ``on_loop_backward(tensors)`` after each backward (what was passed to
+training: ``on_loop_batch(batch, iterator)`` after each batch a DataLoader iterator
+fetched (training's, validation's: the iterator says whose),
+``on_loop_backward(tensors)`` after each backward (what was passed to
 ``torch.autograd.backward``), ``on_loop_before_optimizer_step(optimizer)`` before each
 optimizer step (after the step's faults fired) and ``on_loop_after_optimizer_step(optimizer)``
 after it, at the loop's step
@@ -56,7 +58,12 @@ def observed_sites(checks: Iterable[Any]) -> frozenset[str]:
 
 
 # The hooks that tell an observer of a loop's training (the module docstring).
-LOOP_HOOKS = ("on_loop_backward", "on_loop_before_optimizer_step", "on_loop_after_optimizer_step")
+LOOP_HOOKS = (
+    "on_loop_batch",
+    "on_loop_backward",
+    "on_loop_before_optimizer_step",
+    "on_loop_after_optimizer_step",
+)
 
 
 def judges_loops(check: Any) -> bool:

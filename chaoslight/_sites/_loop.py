@@ -80,6 +80,20 @@ def _backward(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[
     return result
 
 
+_fetch = repeatable_fetch(loop_site("torch.next_batch", BATCH_BEHAVIOUR, moves=True))
+
+
+def _next_batch(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A DataLoader iterator's next batch: the site; then the loop's observers see it."""
+    __tracebackhide__ = True
+    dispatcher = STATE.dispatcher
+    if dispatcher is None:
+        return wrapped(*args, **kwargs)
+    batch = _fetch(wrapped, instance, args, kwargs)
+    dispatcher.tell_loop_observers("on_loop_batch", batch, instance)
+    return batch
+
+
 class HookPatch:
     """Optimizer step hooks registered with torch: undone by removing the handles."""
 
@@ -161,7 +175,7 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         "torch:next_batch",
         ("torch.utils.data.dataloader:_BaseDataLoaderIter",),
         "__next__",
-        repeatable_fetch(loop_site("torch.next_batch", BATCH_BEHAVIOUR, moves=True)),
+        _next_batch,
         sites=frozenset({"torch.next_batch"}),
         always=True,  # a batch fetched begins the loop's next step
     ),

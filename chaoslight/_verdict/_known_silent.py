@@ -20,7 +20,7 @@ from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
 from chaoslight._checks._order import REPLACED_ORDER
-from chaoslight._checks._restart import faults_leave_training_alone
+from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime import Event, Violation
 from chaoslight._runtime._evidence import OBSERVATION

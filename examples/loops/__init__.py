@@ -5,9 +5,10 @@ already up). A program with a bug defines ``train_buggy`` and its corrected twin
 ``train_fixed``; a correct program of another shape defines ``train``. ``LOOPS`` lists
 them with the schedule that reveals each bug (empty: it shows with no fault); the
 schedules use the loop's steps (its optimizer steps: ``docs/explanation/injection.md``).
-A ``silent`` bug fails nothing under its schedule (a resume that loses state): the
-restarted job only returns another value than the fault-free run, which no loop check
-compares yet. Importing this package needs neither torch nor Lightning. See README.md.
+A ``silent`` bug fails no rank under its schedule (a resume that loses state): the
+restarted job trains otherwise than an uninterrupted one, which ``restart-equivalence``
+finds by comparing the two step by step. Importing this package needs neither torch nor
+Lightning. See README.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class Loop:
     name: str
     bug: str  # "" for a correct program of another shape (target ``train``)
     reveals: str = ""  # the schedule that shows the bug (text form); "" shows it with none
-    silent: bool = False  # under ``reveals`` the buggy twin passes but returns another value
+    silent: bool = False  # under ``reveals`` every rank returns: a check's finding, no crash
 
     def target(self, function: str) -> str:
         return f"{HERE / (self.name + '.py')}:{function}"

@@ -8,9 +8,9 @@ schedule no uninterrupted run has. Nothing fails: the loss curve only bends.
 
 In production: a preempted and requeued job ends worse than an uninterrupted one, and
 only a comparison of the two shows why. Revealed by a restart,
-``restarts 1`` + ``crash@torch.optimizer_step rank=0 step=7``: the restarted job ends
-elsewhere than the fault-free run (a silent bug: the return values differ; no loop
-check compares restarts yet).
+``restarts 1`` + ``crash@torch.optimizer_step rank=0 step=7``: every rank returns, but
+``restart-equivalence`` finds the learning rate of the restarted job's steps differing
+from an uninterrupted run's.
 
 The fix (``train_fixed``): the scheduler is in ``state`` (Fabric saves and restores
 every object with ``state_dict``/``load_state_dict``).

@@ -10,8 +10,8 @@ trained before: some samples are trained on twice, others never, in that epoch.
 In production: a requeued job silently trains on a different data stream than an
 uninterrupted run (worse with large epochs and frequent preemptions). Revealed by a
 restart in the second epoch, ``restarts 1`` + ``crash@torch.optimizer_step rank=0
-step=13``: the restarted job ends elsewhere than the fault-free run (a silent bug: the
-return values differ; no loop check compares restarts yet).
+step=13``: every rank returns, but ``restart-equivalence`` finds the restarted job
+training on other samples than an uninterrupted run from the step it resumed at.
 
 The fix (``train_fixed``): ``sampler.set_epoch(epoch)`` at the start of every epoch,
 the resumed one included.
