@@ -52,11 +52,16 @@ def run(*command: str | Path, cwd: Path, status: int = 0, **env: str) -> str:
     return result.stdout
 
 
+# Folders of the checkout and the package each installs as (setup.py says the same).
+SOURCES = {"chaoslight": "chaoslight", "strategies": "chaoslight/strategies"}
+
+
 def package_files() -> set[str]:
     """Every file of the package in the checkout, as an archive names it."""
     return {
-        path.relative_to(ROOT).as_posix()
-        for path in (ROOT / "chaoslight").rglob("*")
+        f"{installed}/{path.relative_to(ROOT / folder).as_posix()}"
+        for folder, installed in SOURCES.items()
+        for path in (ROOT / folder).rglob("*")
         if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
     }
 
@@ -66,8 +71,9 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The sdist and the wheel ``python -m build`` makes (the wheel from the sdist, as pip
     does), from a copy of what a build reads (so the checkout gets no build/ folder)."""
     source = tmp_path_factory.mktemp("source") / "chaoslight"
-    shutil.copytree(ROOT / "chaoslight", source / "chaoslight", ignore=NOT_SHIPPED)
-    for name in ("pyproject.toml", "README.md"):
+    for folder in SOURCES:
+        shutil.copytree(ROOT / folder, source / folder, ignore=NOT_SHIPPED)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     out = tmp_path_factory.mktemp("dist")
     build = ("-m", "build", "--no-isolation", "--skip-dependency-check", "--outdir", out, ".")
@@ -96,8 +102,9 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_and_the_sdist_hold_the_whole_package(dist: Path) -> None:
-    """Every module of chaoslight/ (chaoslight.strategies and py.typed included) is in both
-    archives, and the wheel's top level is chaoslight and its dist-info only."""
+    """Every module of chaoslight/ and strategies/ (installed as chaoslight.strategies;
+    py.typed included) is in both archives (the sdist as the tree holds them), and the
+    wheel's top level is chaoslight and its dist-info only."""
     expected = package_files()
     assert {"chaoslight/_report/_outcome.py", "chaoslight/strategies/__init__.py"} <= expected
     (wheel,) = dist.glob("chaoslight-*.whl")
@@ -110,7 +117,8 @@ def test_the_wheel_and_the_sdist_hold_the_whole_package(dist: Path) -> None:
     (sdist,) = dist.glob("chaoslight-*.tar.gz")
     with tarfile.open(sdist) as archive:
         held = {name.partition("/")[2] for name in archive.getnames()}
-    assert expected - held == set()
+    tree = {name.replace("chaoslight/strategies/", "strategies/", 1) for name in expected}
+    assert tree - held == set()
 
 
 def test_the_installed_wheel_imports_from_its_venv_alone(venv: Path, tmp_path: Path) -> None:
