@@ -18,7 +18,7 @@ from torch.utils.data import (
 from torch.utils.data.distributed import DistributedSampler
 
 from chaoslight import Event, Schedule, World
-from chaoslight._checks._order import distributed_indices, pipeline_facts
+from chaoslight._checks._order_facts import distributed_indices, pipeline_facts
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight.checks import DataOrder, Evidence
 

@@ -33,6 +33,7 @@ from collections import defaultdict
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
+from chaoslight._checks._order_facts import distributed_indices, guarded_facts
 from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
 # The aspect of a violation that is the framework's replacement of the program's order
@@ -41,120 +42,6 @@ REPLACED_ORDER = "replaced-order"
 MIN_DISTINCT_BATCHES = 10  # 10! > 3.6e6: a correct shuffle repeats an order by chance
 # The DistributedSampler's state that decides its permutation, and must agree across ranks.
 AGREED = ("length", "shuffle", "seed", "epoch", "drop_last", "replicas")
-
-
-def pipeline_facts(loader: Any) -> dict[str, Any]:
-    """How a train loader draws: its DistributedSamplers' state, the program's own
-    components that promise a reshuffle in ``set_epoch``, and what Lightning replaced."""
-    from torch.utils.data import IterableDataset
-    from torch.utils.data.distributed import DistributedSampler
-
-    dataset = getattr(loader, "dataset", None)
-    roots: list[Any] = [dataset] if isinstance(dataset, IterableDataset) else []
-    roots += [getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)]
-    samplers, promises, replaced = [], [], None
-    for part in components(roots):
-        if isinstance(part, DistributedSampler):
-            samplers.append(distributed_facts(part))
-            inner = getattr(getattr(part, "dataset", None), "_sampler", None)
-            if inner is not None:  # Lightning's DistributedSamplerWrapper around it
-                replaced = f"{type(inner).__name__} (in Lightning's {type(part).__name__})"
-        elif callable(getattr(part, "set_epoch", None)) and getattr(part, "shuffle", None) is True:
-            promises.append(type(part).__name__)
-    return {"samplers": samplers, "promises": promises, "replaced": replaced}
-
-
-def guarded_facts(loader: Any) -> dict[str, Any]:
-    """``pipeline_facts``, or nothing to judge where a sampler of the program's own does
-    not answer as torch's do (the check must never break the program's fit)."""
-    try:
-        return pipeline_facts(loader)
-    except (AttributeError, TypeError, ValueError, NotImplementedError):
-        return {"samplers": [], "promises": [], "replaced": None}
-
-
-def components(roots: list[Any], depth: int = 4) -> list[Any]:
-    """The samplers (and data sets) in a loader's pipeline: each root, then the samplers
-    it holds in its attributes (a batch sampler's sampler, a wrapper's wrapped one)."""
-    from torch.utils.data import Sampler
-
-    found: dict[int, Any] = {}
-    layer = [root for root in roots if root is not None]
-    for _ in range(depth):
-        following = []
-        for part in layer:
-            if id(part) in found:
-                continue
-            found[id(part)] = part
-            inner = getattr(getattr(part, "dataset", None), "_sampler", None)
-            values = [*getattr(part, "__dict__", {}).values(), inner]
-            following += [v for v in values if isinstance(v, Sampler) and id(v) not in found]
-        layer = following
-    return list(found.values())
-
-
-# DistributedSampler and Lightning's wrapper (whose positions are DistributedSampler's):
-# a subclass of the program's own may draw otherwise, and is not recomputed.
-KNOWN_SAMPLER_MODULES = (
-    "torch.utils.data.distributed",
-    "lightning.fabric.utilities.distributed",
-    "lightning_fabric.utilities.distributed",
-)
-
-
-def distributed_facts(sampler: Any) -> dict[str, Any]:
-    """What decides a DistributedSampler's indices this epoch; for Lightning's wrapper,
-    also a fingerprint of the order the program's own sampler gave this epoch (``asked``:
-    the wrapper draws positions in the list it made of it)."""
-    inner = getattr(sampler, "dataset", None)
-    return {
-        "class": type(sampler).__name__,
-        "known": type(sampler).__module__ in KNOWN_SAMPLER_MODULES,
-        "wraps": hasattr(inner, "_sampler"),
-        "asked": order_fingerprint(getattr(inner, "_sampler_list", None)),
-        "length": len(sampler.dataset),
-        "shuffle": bool(sampler.shuffle),
-        "seed": int(sampler.seed),
-        "epoch": int(sampler.epoch),
-        "drop_last": bool(sampler.drop_last),
-        "replicas": int(sampler.num_replicas),
-        "rank": int(sampler.rank),
-    }
-
-
-def order_fingerprint(order: Any) -> int | None:
-    """One 64-bit fingerprint of a list of sample indices, or None (no list, or items that
-    do not hash)."""
-    if not isinstance(order, list):
-        return None
-    try:
-        return hash(tuple(order)) & 0xFFFFFFFFFFFFFFFF
-    except TypeError:
-        return None
-
-
-def distributed_indices(facts: dict[str, Any]) -> list[int]:
-    """The indices a DistributedSampler in this state draws (its own arithmetic,
-    ``torch.utils.data.distributed.DistributedSampler.__iter__``)."""
-    import math
-
-    import torch
-
-    length, replicas = int(facts["length"]), int(facts["replicas"])
-    if facts["shuffle"]:
-        generator = torch.Generator().manual_seed(int(facts["seed"]) + int(facts["epoch"]))
-        indices = torch.randperm(length, generator=generator).tolist()
-    else:
-        indices = list(range(length))
-    if facts["drop_last"] and length % replicas:
-        total = math.ceil((length - replicas) / replicas) * replicas
-        indices = indices[:total]
-    else:
-        total = math.ceil(length / replicas) * replicas
-        padding = total - len(indices)
-        if indices and padding:
-            indices += (indices * math.ceil(padding / len(indices)))[:padding]
-    return indices[int(facts["rank"]) : total : replicas]
 
 
 def batch_fingerprint(batch: Any) -> int:
