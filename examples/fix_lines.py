@@ -248,6 +248,7 @@ FIX_LINES: tuple[FixLine, ...] = (
         "sampler.set_epoch(epoch + 1)  # the bug",
         "_train",
     ),
+    FixLine("loops/plain_no_set_epoch.py:train_buggy", "if set_epoch:", "_train"),
     # examples/known_issues: the one whose bug is the program's, not Lightning's
     FixLine("known_issues/preemption_own_bug.py:train_buggy", "if self.rank_zero_only:  # the bug"),
 )

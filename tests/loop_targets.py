@@ -186,3 +186,66 @@ def resumable_random_order() -> float:
     in the second epoch reads it in another order than an uninterrupted one (its iterator
     draws another seed), so it trains on other samples and ends with other weights."""
     return _resumable(0.0, keep_optimizer=True, sampler="random")
+
+
+def _epochs(set_epoch: bool, seed_per_rank: bool = False) -> float:
+    """A plain DDP loop over three epochs of a DistributedSampler(shuffle=True); with
+    ``set_epoch`` it calls ``sampler.set_epoch(epoch)`` before each, as torch asks."""
+    assert dist.is_initialized()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    seed = dist.get_rank() if seed_per_rank else 0
+    sampler = DistributedSampler(data, shuffle=True, seed=seed)
+    loader = DataLoader(data, batch_size=2, sampler=sampler)
+    eval_loader = DataLoader(data, batch_size=4)  # no backward follows: not a training pass
+    loss = torch.zeros(())
+    for epoch in range(3):
+        if set_epoch:
+            sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        with torch.no_grad():
+            loss = sum(torch.nn.functional.mse_loss(model(x), y) for x, y in eval_loader)
+    return float(loss)
+
+
+def plain_sets_epoch() -> float:
+    """Correct: a new shuffle each epoch."""
+    return _epochs(set_epoch=True)
+
+
+def plain_forgets_set_epoch() -> float:
+    """The bug: every epoch reads the first epoch's order."""
+    return _epochs(set_epoch=False)
+
+
+def plain_seed_per_rank() -> float:
+    """The bug: each rank's sampler permutes with its own seed, so the ranks' shares
+    overlap and some samples are drawn by no rank."""
+    return _epochs(set_epoch=True, seed_per_rank=True)
+
+
+def fabric_epochs() -> float:
+    """Correct: a Fabric loop over three epochs of a shuffled loader that never calls
+    ``set_epoch`` itself: Fabric's loader sets the epoch each time it is iterated."""
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    fabric.launch()
+    torch.manual_seed(0)
+    module = torch.nn.Linear(8, 1)
+    model, opt = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.05))
+    loader = fabric.setup_dataloaders(DataLoader(_data(), batch_size=2, shuffle=True))
+    loss = torch.zeros(())
+    for _ in range(3):
+        for x, y in loader:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            fabric.backward(loss)
+            opt.step()
+            opt.zero_grad()
+    return float(loss.detach())

@@ -289,14 +289,14 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     from chaoslight._search._coverage import coverage
     from chaoslight._search._reach import Reach
 
-    names = ("data-order", "no-hang", "finite-loss", "finite-grads", "replicas-in-sync")
+    names = ("buffers-in-sync", "no-hang", "finite-loss", "data-order", "restart-equivalence")
     checks = [check_from_name(name) for name in names]
     loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
     line = loop.line()
-    assert "no Trainer ran" in line and "data-order" in line
+    assert "no Trainer ran" in line and "buffers-in-sync" in line
     unjudged = line.split("but", 1)[1]
     assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
-    for judged in ("finite-loss", "finite-grads", "replicas-in-sync"):  # loop hooks
+    for judged in ("finite-loss", "data-order", "restart-equivalence"):  # loop hooks
         assert judged not in unjudged
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()

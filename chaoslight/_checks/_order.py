@@ -34,6 +34,7 @@ from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._order_facts import distributed_indices, guarded_facts
+from chaoslight._checks._order_loops import loop_hooks
 from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
 # The aspect of a violation that is the framework's replacement of the program's order
@@ -74,6 +75,12 @@ class DataOrder(Check):
         "itself, a sampler held under another attribute, or a data set. Call it from "
         "on_train_epoch_start, or derive the epoch from the inner sampler"
     )
+    loop_epoch_cause = (
+        "a loop that never calls sampler.set_epoch(epoch) before an epoch's iterator is made: "
+        "a DistributedSampler(shuffle=True) draws its permutation from seed + epoch, and "
+        "torch does not advance the epoch (Fabric's setup_dataloaders loaders do, each time "
+        "they are iterated)"
+    )
 
     def observer(self) -> Any:
         check = self
@@ -107,6 +114,7 @@ class DataOrder(Check):
             "on_train_epoch_start": on_train_epoch_start,
             "on_train_batch_start": on_train_batch_start,
             "on_train_epoch_end": on_train_epoch_end,
+            **loop_hooks(check.name),  # a loop no Trainer runs (``_order_loops``)
         }
         return observer_class("DataOrderObserver", hooks)()
 
@@ -197,9 +205,11 @@ class DataOrder(Check):
             missing = sorted(set(range(lengths.pop())) - drawn)
             if missing:
                 what = "position" if any(p["wraps"] for p in parts.values()) else "sample"
+                facts = next(iter(ranks.values()))
+                name, epochs = loader_name(facts, index), "pass" if facts.get("loop") else "epoch"
                 message = (
-                    f"in epoch {epoch} {what} {missing[0]} (and {len(missing) - 1} more) of "
-                    f"train loader {index} was drawn by no rank: the ranks' "
+                    f"in {epochs} {epoch} {what} {missing[0]} (and {len(missing) - 1} more) of "
+                    f"{name} was drawn by no rank: the ranks' "
                     f"DistributedSamplers disagree ({detail})" + replaced(ranks, index)
                 )
                 return Violation(self.name, message, cause=self.coverage_cause)
@@ -217,13 +227,16 @@ class DataOrder(Check):
                 if any(old[key] != new[key] for key in AGREED) or old["rank"] != new["rank"]:
                     continue
                 first = distributed_indices(new)[:1]
+                key = now[rank].get("loop")
+                epochs = "pass" if key else "epoch"
                 message = (
-                    f"epoch {epoch} draws the same samples in the same order as epoch "
+                    f"{epochs} {epoch} draws the same samples in the same order as {epochs} "
                     f"{previous} on rank {rank} (first sample index {first[0] if first else '-'}"
-                    f"): train loader {index}'s DistributedSampler(shuffle=True) stayed at "
-                    f"epoch {new['epoch']}" + replaced({rank: now[rank]}, index)
+                    f"): {loader_name(now[rank], index)}'s DistributedSampler(shuffle=True) "
+                    f"stayed at epoch {new['epoch']}" + replaced({rank: now[rank]}, index)
                 )
-                return Violation(self.name, message, rank=rank, cause=self.epoch_cause)
+                cause = self.loop_epoch_cause if key else self.epoch_cause
+                return Violation(self.name, message, rank=rank, cause=cause)
         return None
 
     def _by_content(
@@ -277,6 +290,12 @@ def aligned(ranks: dict[int, Any]) -> list[dict[int, dict[str, Any]]]:
 def sampler_list(facts: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     """(train loader index, DistributedSampler state) for every loader's samplers."""
     return [(i, s) for i, loader in enumerate(facts["loaders"]) for s in loader["samplers"]]
+
+
+def loader_name(facts: dict[str, Any], index: int) -> str:
+    """A Trainer's train loader by its index; a loop's by its data set (``_order_loops``)."""
+    key = facts.get("loop")
+    return f"the loop's loader over {key}" if key else f"train loader {index}"
 
 
 def replaced(ranks: dict[int, Any], index: int) -> str:

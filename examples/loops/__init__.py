@@ -5,10 +5,10 @@ already up). A program with a bug defines ``train_buggy`` and its corrected twin
 ``train_fixed``; a correct program of another shape defines ``train``. ``LOOPS`` lists
 them with the schedule that reveals each bug (empty: it shows with no fault); the
 schedules use the loop's steps (its optimizer steps: ``docs/explanation/injection.md``).
-A ``silent`` bug fails no rank under its schedule (a resume that loses state): the
-restarted job trains otherwise than an uninterrupted one, which ``restart-equivalence``
-finds by comparing the two step by step. Importing this package needs neither torch nor
-Lightning. See README.md.
+A ``silent`` bug fails no rank under its schedule: ``check`` finds it (a resume that
+loses state: ``restart-equivalence`` compares the restarted job with an uninterrupted one
+step by step; a shuffle that never moves: ``data-order``). Importing this package needs
+neither torch nor Lightning. See README.md.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class Loop:
     bug: str  # "" for a correct program of another shape (target ``train``)
     reveals: str = ""  # the schedule that shows the bug (text form); "" shows it with none
     silent: bool = False  # under ``reveals`` every rank returns: a check's finding, no crash
+    check: str = "restart-equivalence"  # the check that finds a silent bug
 
     def target(self, function: str) -> str:
         return f"{HERE / (self.name + '.py')}:{function}"
@@ -92,6 +93,12 @@ LOOPS: tuple[Loop, ...] = (
         "plain_error_flush",
         "an error handler reduces the pending metrics on rank 0 only",
         "oom@torch.backward rank=0 step=2",
+    ),
+    Loop(
+        "plain_no_set_epoch",
+        "the loop never calls sampler.set_epoch: every epoch reads the first one's order",
+        silent=True,
+        check="data-order",
     ),
     Loop("fabric_ok_accumulate", ""),
     Loop("fabric_ok_validation", ""),
