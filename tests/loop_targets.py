@@ -249,3 +249,29 @@ def fabric_epochs() -> float:
             opt.step()
             opt.zero_grad()
     return float(loss.detach())
+
+
+def plain_retries_an_epoch() -> float:
+    """Correct: an epoch that raises (every rank alike) is trained again from its start,
+    in the same order; the retried pass is the loop's own doing, not a lost shuffle."""
+    assert dist.is_initialized()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    sampler = DistributedSampler(data, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=2, sampler=sampler)
+    loss = torch.zeros(())
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for _attempt in range(2):
+            try:
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                break
+            except RuntimeError:
+                opt.zero_grad()  # every rank raised at the same step: train the epoch again
+    return float(loss.detach())

@@ -59,3 +59,14 @@ def test_a_fabric_loader_sets_its_own_epoch_and_is_clean(world2: Any) -> None:
     outcome = _run(world2, "fabric_epochs")
     assert outcome.passed and not outcome.violations, outcome.report()
     assert _passes(outcome) == {0: [0, 1, 2], 1: [0, 1, 2]}
+
+
+def test_an_epoch_the_loop_trains_again_after_a_caught_error_is_not_a_lost_shuffle(
+    world2: Any,
+) -> None:
+    schedule = Schedule.parse("raise@torch.backward step=2 exception=RuntimeError")
+    outcome = world2.run(
+        "loop_targets:plain_retries_an_epoch", schedule, timeout=TIMEOUT, checks=[DataOrder()]
+    )
+    assert _passes(outcome) == {0: [0, 0, 1], 1: [0, 0, 1]}  # the retried pass is recorded
+    assert outcome.passed and not outcome.violations, outcome.report()

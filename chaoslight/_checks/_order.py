@@ -35,6 +35,7 @@ from typing import Any
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
 from chaoslight._checks._order_facts import distributed_indices, guarded_facts
 from chaoslight._checks._order_loops import loop_hooks
+from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
 # The aspect of a violation that is the framework's replacement of the program's order
@@ -129,6 +130,11 @@ class DataOrder(Check):
                 batches[fit][epoch].setdefault(event.rank, list(facts["batches"]))
         if data_altered(evidence):
             batches.clear()  # a fault repeated or lost a batch: the streams are its doing
+        if not faults_leave_training_alone(evidence):
+            # A loop's passes are its own iterators: one that caught an injected error may
+            # iterate an epoch again, and its passes then pair with no peer's.
+            for fit in [f for f, epochs in pipelines.items() if _of_a_loop(epochs)]:
+                del pipelines[fit]
         for fit in sorted(set(pipelines) | set(batches)):
             # Lightning's replacement of the program's order is reported beside, never
             # instead of, what the program's own pipeline did (a known issue claims it).
@@ -290,6 +296,10 @@ def aligned(ranks: dict[int, Any]) -> list[dict[int, dict[str, Any]]]:
 def sampler_list(facts: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
     """(train loader index, DistributedSampler state) for every loader's samplers."""
     return [(i, s) for i, loader in enumerate(facts["loaders"]) for s in loader["samplers"]]
+
+
+def _of_a_loop(epochs: dict[int, dict[int, Any]]) -> bool:
+    return any(facts.get("loop") for ranks in epochs.values() for facts in ranks.values())
 
 
 def loader_name(facts: dict[str, Any], index: int) -> str:
