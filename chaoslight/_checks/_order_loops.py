@@ -81,7 +81,8 @@ class LoopPasses:
             self.loaders.append(key)
         epoch = self.passes.get(key, 0)
         self.passes[key] = epoch + 1
-        record = {"fit": self.loaders.index(key), "epoch": epoch, "loaders": [facts]}
+        # Negative: never a Trainer fit's number (a program may loop, then fit).
+        record = {"fit": -1 - self.loaders.index(key), "epoch": epoch, "loaders": [facts]}
         observe(self.check, None, {**record, "world_size": _world_size(), "loop": key})
 
 
