@@ -168,6 +168,35 @@ class Smoke:
             self._world.close()
 
 
+def _fabric_class() -> Any:
+    """Fabric of the flavour's own package (``lightning.fabric`` beside ``lightning``,
+    ``lightning_fabric`` beside ``pytorch_lightning``)."""
+    flavour = os.environ.get(FLAVOUR_VARIABLE, "lightning.pytorch")
+    package = "lightning.fabric" if flavour.startswith("lightning.") else "lightning_fabric"
+    return importlib.import_module(package).Fabric
+
+
+def target_fabric() -> float:
+    """A correct 2-rank Fabric loop: 4 optimizer steps, a reduced loss, a checkpoint."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    fabric = _fabric_class()(accelerator="cpu", devices=2, strategy="ddp")
+    fabric.launch()
+    torch.manual_seed(0)
+    module = torch.nn.Linear(8, 1)
+    model, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=0.05))
+    data = TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    loss = torch.zeros(())
+    for x, y in fabric.setup_dataloaders(DataLoader(data, batch_size=2)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    fabric.save("state.ckpt", {"model": model, "optimizer": optimizer})
+    return float(fabric.all_reduce(loss.detach(), reduce_op="mean"))
+
+
 def _expect(condition: bool, reason: str) -> None:
     if not condition:
         raise AssertionError(reason)
@@ -225,6 +254,23 @@ def step_world(smoke: Smoke) -> None:
     verdict = chaoslight.judge(smoke.run("target_plain", oom))
     _expect(verdict.fired != (), "the OOM never fired")
     _expect(not verdict.failed, f"the oracle judged a correct program a failure: {verdict.reason}")
+
+
+def step_fabric(smoke: Smoke) -> str:
+    """A Fabric loop runs clean under the default checks, its steps are its optimizer
+    steps (an OOM at ``fabric.forward`` step 2 fires there), and the oracle passes it."""
+    import chaoslight
+    from chaoslight._search._failure import DEFAULT_CHECKS
+
+    plain = smoke.run("target_fabric", checks=list(DEFAULT_CHECKS))
+    _expect(plain.passed, f"a correct Fabric loop did not pass: {plain.summary()}")
+    oom = chaoslight.Schedule([chaoslight.OOM(site="fabric.forward", rank=1, step=2)])
+    outcome = smoke.run("target_fabric", oom)
+    fired = [(e.site, e.rank, e.step) for e in outcome.events if e.kind == "fired"]
+    _expect(fired == [("fabric.forward", 1, 2)], f"the OOM fired at {fired}")
+    verdict = chaoslight.judge(outcome)
+    _expect(not verdict.failed, f"the oracle judged a correct loop a failure: {verdict.reason}")
+    return f"clean; oom fired at fabric.forward step 2, {outcome.status}"
 
 
 def step_resume(smoke: Smoke) -> None:
@@ -348,6 +394,7 @@ STEPS: list[tuple[str, Callable[[Smoke], str | None]]] = [
     ("restore", step_restore),
     ("sites", step_sites),
     ("world", step_world),
+    ("fabric", step_fabric),
     ("resume", step_resume),
     ("crash", step_crash),
     ("preempt", step_preempt),
