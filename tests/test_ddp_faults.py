@@ -94,6 +94,19 @@ def test_per_rank_gradient_order_makes_parameters_differ(world2: World) -> None:
     assert got[0] != got[1]  # rank 1's weights drift, and so do its gradients after
 
 
+def test_a_sparse_gradients_bucket_is_summed_as_the_backend_does(world2: World) -> None:
+    """gloo gathers no sparse tensor: a reorder at a sparse embedding's gradient bucket
+    (or a plain all-reduce of a sparse tensor) leaves the sum to the backend, and a correct
+    program passes (it raised NotImplementedError from inside chaoslight before)."""
+    outcome = world2.run(
+        "examples/shapes/sparse_embedding.py:train",
+        "reorder@dist.gradient_allreduce step=1",
+        timeout=60,
+    )
+    assert outcome.passed, outcome.report()
+    assert not chaoslight.judge(outcome).failed
+
+
 def test_dropped_gradient_sync_diverges_silently(world2: World) -> None:
     """Rank 1 skipping one gradient-bucket reduction passes, with diverged replicas."""
     fault = DropSync(site="dist.gradient_allreduce", rank=1, step=1)

@@ -53,6 +53,8 @@ def _reordered(wrapped: Call, args: tuple[Any, ...], kwargs: dict[str, Any], ord
     import torch.distributed as dist
 
     tensor = args[0].buffer()
+    if tensor.is_sparse:  # a sparse gradient's bucket: gloo gathers no sparse tensor
+        return wrapped(*args, **kwargs)
     world = dist.get_world_size()
     parts = [torch.empty_like(tensor) for _ in range(world)]
     dist.all_gather(parts, tensor)

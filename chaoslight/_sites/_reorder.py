@@ -78,6 +78,8 @@ def reorder_all_reduce(
     group = args[2] if len(args) > 2 else kwargs.get("group")
     if op != dist.ReduceOp.SUM or not dist.is_initialized() or not tensor.is_floating_point():
         return wrapped(*args, **kwargs)
+    if tensor.is_sparse:  # gloo gathers no sparse tensor: summed as the backend does
+        return wrapped(*args, **kwargs)
     world = dist.get_world_size(group)
     parts = [torch.empty_like(tensor) for _ in range(world)]
     dist.all_gather(parts, tensor.contiguous(), group=group)
