@@ -298,6 +298,8 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
     for judged in ("finite-loss", "data-order", "restart-equivalence"):  # loop hooks
         assert judged not in unjudged
+    said = line.split("but", 1)[0]  # the checks that did judge the loop are named
+    assert "by finite-loss, data-order, restart-equivalence at its steps" in said
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
 

@@ -24,6 +24,7 @@ class Coverage:
     # In a loop no Trainer runs: the checks that follow a Trainer's hooks, which saw
     # nothing of it (said once, rather than passing in silence).
     unjudged: tuple[str, ...] = ()
+    judged: tuple[str, ...] = ()  # and those whose observers see a loop's own steps
 
     def line(self) -> str:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
@@ -34,9 +35,10 @@ class Coverage:
         )
         line = f"explored: {where}; {self.examples} runs; kinds tried: {kinds or 'none'}"
         if self.unjudged:
+            also = f", and by {', '.join(self.judged)} at its steps" if self.judged else ""
             line += (
                 "\nnote: no Trainer ran (a Fabric or plain PyTorch loop): its steps are its "
-                "optimizer steps; hangs, errors and crashes were judged, but "
+                f"optimizer steps; hangs, errors and crashes were judged{also}, but "
                 f"{', '.join(self.unjudged)} follow a Trainer's hooks and judged nothing here"
             )
         return line
@@ -50,5 +52,8 @@ def coverage(
     reached = set(reach.points) if reach is not None else set()
     kinds = Counter(f.kind for schedule in schedules for f in schedule)
     on_reached = len(points & reached) if reached else len(points)
-    unjudged = tuple(c.name for c in checks if not judges_loops(c)) if reach and reach.loop else ()
-    return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged)
+    loop = bool(reach and reach.loop)
+    listed = list(checks) if loop else []
+    unjudged = tuple(c.name for c in listed if not judges_loops(c))
+    judged = tuple(c.name for c in listed if judges_loops(c) and c.observer() is not None)
+    return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged, judged)
