@@ -36,6 +36,7 @@ from chaoslight._checks._restart_compare import (
     fits_of,
     same_path,
     steps,
+    whole,
 )
 from chaoslight._checks._restart_facts import observer
 from chaoslight._checks._restart_loops import compare_loops, is_loop, loop_hooks, loop_of
@@ -205,7 +206,7 @@ def _optimizers(
         for whose, x, y in pairs:
             if x != y:
                 what = f"optimizer {which} step count{whose} at the end"
-                result.fail(step, differs(what, _whole(x), _whole(y)), rank, aspect="optimizer")
+                result.fail(step, differs(what, whole(x), whole(y)), rank, aspect="optimizer")
                 return True
     return False
 
@@ -263,7 +264,3 @@ def weights_differ(
             )
             return Violation(name, message, rank=rank, step=step, cause=CAUSE, aspect="weights")
     return None
-
-
-def _whole(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value

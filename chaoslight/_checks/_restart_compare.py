@@ -187,7 +187,8 @@ def _rates(result: Comparison, origin: FitSeen, fit: FitSeen, drew: bool) -> Non
             )
             optimizer = f" of optimizer {which}" if which else ""
             what = f"learning rate of group {group}{optimizer} at step {step}"
-            values = f"{_at(mine, group)} after the resume, {_at(other, group)} uninterrupted"
+            a, b = rate_at(mine, group), rate_at(other, group)
+            values = f"{a} after the resume, {b} uninterrupted"
             metric = _metric_driver(origin)
             if drew and metric:
                 result.warn(
@@ -200,8 +201,14 @@ def _rates(result: Comparison, origin: FitSeen, fit: FitSeen, drew: bool) -> Non
             return
 
 
-def _at(rates: list[float], group: int) -> Any:
+def rate_at(rates: list[float], group: int) -> Any:
+    """A param group's learning rate, or None where the run has fewer groups."""
     return rates[group] if group < len(rates) else None
+
+
+def whole(value: Any) -> Any:
+    """A count as the reader writes it: 4, not 4.0 (Adam keeps its step as a float)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _metric_driver(fit: FitSeen) -> str:

@@ -39,7 +39,13 @@ from typing import Any
 
 from chaoslight._checks._base import Evidence, observe
 from chaoslight._checks._invariants import summaries
-from chaoslight._checks._restart_compare import SAMPLES_CAUSE, Comparison, differs
+from chaoslight._checks._restart_compare import (
+    SAMPLES_CAUSE,
+    Comparison,
+    differs,
+    rate_at,
+    whole,
+)
 from chaoslight._checks._restart_facts import (
     RandomWatch,
     optimizer_facts,
@@ -308,7 +314,7 @@ def _step(
             group = _first_difference(a["lr"], b["lr"])
             optimizer = f" of optimizer {a['o']}" if a["o"] else ""
             what = f"learning rate of group {group}{optimizer} at step {step}{ran}"
-            values = differs(what, _at(a["lr"], group), _at(b["lr"], group))
+            values = differs(what, rate_at(a["lr"], group), rate_at(b["lr"], group))
             result.fail(step, values, rank, LOOP_CAUSE, aspect="learning-rate")
             return True
         if a["rows"] != b["rows"]:
@@ -338,7 +344,7 @@ def _end(
         x, y = max(a["steps"].values(), default=0), max(b["steps"].values(), default=0)
         if x != y:
             what = f"optimizer {which} step count at the end"
-            message = differs(what, _whole(x), _whole(y))
+            message = differs(what, whole(x), whole(y))
             result.fail(step, message, rank, LOOP_CAUSE, aspect="optimizer")
             return
     if mine["w"] != theirs["w"] and result.weights is None and not result.failures:
@@ -355,11 +361,3 @@ def _first_difference(mine: list[Any], theirs: list[Any]) -> int:
     if len(mine) != len(theirs):
         return 0
     return next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=True)) if a != b), 0)
-
-
-def _at(groups: list[float], index: int) -> Any:
-    return groups[index] if index < len(groups) else None
-
-
-def _whole(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
