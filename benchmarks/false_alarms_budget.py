@@ -127,6 +127,8 @@ LIGHTNING_ONLY = {
     "static_graph_manual": "train",
     "sigterm_exit_zero": "train_buggy",
     "custom_sampler_order": "train",
+    "batch_sampler_rebuilt": "train",
+    "eval_batch_sampler_shuffle": "train",
 }
 
 

@@ -60,6 +60,14 @@ ENTRIES = (
         buggy="2.4.0",
         fixed="2.5.0",
     ),
+    Entry(
+        "lightning-eval-batch-sampler-shuffle-lost",
+        "examples/known_issues/eval_batch_sampler_shuffle.py:train",
+        "",
+        ("data-order",),
+        buggy="2.4.0",
+        fixed="2.5.0",
+    ),
 )
 
 # Runs in the venv: one World run of the reproducer, judged; one JSON line on stdout.
@@ -70,12 +78,13 @@ _PROBE = textwrap.dedent(
     from chaoslight import World
     from chaoslight._checks._facts import FrameworkFacts
     from chaoslight._checks._restart import RestartEquivalence
-    from chaoslight.checks import ReplicasInSync
+    from chaoslight.checks import DataOrder, ReplicasInSync
     from chaoslight._schedule import Schedule
     from chaoslight._verdict._oracle import judge
 
     target, schedule, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-    by_name = {"replicas-in-sync": ReplicasInSync, "restart-equivalence": RestartEquivalence}
+    by_name = {"replicas-in-sync": ReplicasInSync, "restart-equivalence": RestartEquivalence,
+               "data-order": DataOrder}
     checks = [by_name[n]() for n in names] + [FrameworkFacts()]
     plan = Schedule.from_text(schedule) if schedule else None
     with World(size=2) as world:

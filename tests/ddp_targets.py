@@ -340,3 +340,25 @@ def two_fits(diverge_in_second: bool = False) -> None:
 def two_fits_diverging() -> None:
     """Bug: rank 1 edits a weight alone in the second of two fits."""
     two_fits(diverge_in_second=True)
+
+
+def validation_shard_per_rank() -> None:
+    """A validation set each rank loads for itself (its own shard: rank 1's is shorter),
+    then handed to Lightning, which shards it again: the ranks' DistributedSamplers index
+    data sets of different lengths, and no rank validates some samples."""
+
+    class Validated(tiny_model_class()):  # type: ignore[misc]
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self(x), y), sync_dist=True)
+
+    rank = int(os.environ.get("RANK", "0"))
+    shard = tiny_loader(batches=4 - rank, seed=10 + rank)
+    trainer = tiny_trainer(
+        max_steps=MAX_STEPS,
+        devices=_world(),
+        strategy="ddp",
+        limit_val_batches=1.0,
+        val_check_interval=2,
+    )
+    trainer.fit(Validated(), tiny_loader(), shard)

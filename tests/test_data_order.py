@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    RandomSampler,
     SequentialSampler,
     TensorDataset,
     WeightedRandomSampler,
@@ -248,3 +249,157 @@ def test_lightnings_shuffle_of_a_curriculum_is_its_known_issue_and_the_workaroun
     assert verdict.known.issue.key == "lightning-custom-sampler-shuffled"
     fixed = world2.run(f"{target}:train_fixed", Schedule(), timeout=60, checks=checks)
     assert fixed.status == "passed", fixed.report()
+
+
+# -- what Lightning's rebuilding of a loader kept (``_order_rebuilt``) -------------------
+
+
+def _rows(n: int = 16) -> TensorDataset:
+    return TensorDataset(torch.arange(n, dtype=torch.float32).view(n, 1))
+
+
+def _made(data: TensorDataset, shuffle: bool, batch_size: int = 1, **loader: Any) -> DataLoader:
+    """A loader as Lightning rebuilds one under DDP: a DistributedSampler over the data."""
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=shuffle)
+    return DataLoader(data, batch_size=batch_size, sampler=sampler, **loader)
+
+
+def _losses(original: DataLoader, made: DataLoader, stage: str = "train") -> list[Any]:
+    from chaoslight._checks._order_facts import replacement_facts
+    from chaoslight._checks._order_rebuilt import rebuilt_findings
+
+    facts = {"stage": stage, "loaders": [{"rebuilt": replacement_facts(original, made)}]}
+    return rebuilt_findings("data-order", [(0, facts)])
+
+
+def test_a_batch_sampler_rebuilt_with_batches_of_one_is_found() -> None:
+    data = _rows()
+    original = DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 4, False))
+    (found,) = _losses(original, _made(data, shuffle=True))
+    assert found.aspect == "rebuilt-batches"
+    assert "draws batches of 1 where the program's BatchSampler gives batches of 4" in found.message
+    assert "(8 batches a pass on the rank; the program's loader has 4 in all)" in found.message
+
+
+def test_a_sampler_the_batch_sampler_held_and_lightning_dropped_is_found() -> None:
+    data = _rows()
+    weighted = WeightedRandomSampler(torch.ones(16), num_samples=16)
+    original = DataLoader(data, batch_sampler=BatchSampler(weighted, 4, False))
+    found = _losses(original, _made(data, shuffle=True, batch_size=4), stage="val")
+    assert [v.aspect for v in found] == ["sampler-dropped"]
+    assert "never draws from the program's WeightedRandomSampler" in found[0].message
+    assert found[0].message.startswith("Lightning rebuilt validation loader 0")
+
+
+@pytest.mark.parametrize(("stage", "lost"), [("val", True), ("test", True), ("train", False)])
+def test_an_evaluation_loaders_random_order_made_fixed_is_found(stage: str, lost: bool) -> None:
+    """A RandomSampler rebuilt as DistributedSampler(shuffle=False): lost for evaluation;
+    training loaders are always made shuffling by Lightning, and stay so."""
+    data = _rows()
+    original = DataLoader(data, batch_size=4, sampler=RandomSampler(data))
+    made = _made(data, shuffle=stage != "train" and not lost, batch_size=4)
+    found = _losses(original, made, stage=stage)
+    assert [v.aspect for v in found] == (["shuffle-lost"] if lost else [])
+
+
+def test_what_a_correct_rebuilding_keeps_is_not_found() -> None:
+    """The same batch size over a DistributedSampler, Lightning's wrapper around the
+    program's own sampler, a loader Lightning kept, and a sequential training loader
+    Lightning shuffles (as it documents) are all clean."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    from chaoslight._checks._order_facts import replacement_facts
+
+    data = _rows()
+    plain = DataLoader(data, batch_size=4)
+    assert _losses(plain, _made(data, shuffle=True, batch_size=4)) == []
+    curriculum = list(reversed(range(16)))
+    own = DataLoader(data, batch_size=4, sampler=curriculum)
+    wrapper = DistributedSamplerWrapper(own.sampler, num_replicas=2, rank=0, shuffle=False)
+    assert _losses(own, DataLoader(data, batch_size=4, sampler=wrapper)) == []
+    assert replacement_facts(plain, plain) is None
+
+
+@pytest.mark.usefixtures("lightning_in_process")
+def test_lightnings_own_loader_preparation_goes_through_the_site() -> None:
+    """Lightning's data connector tells the observers each loader it readied, and the
+    site is gone after the block."""
+    from helpers import tiny_loader, tiny_model_class, tiny_trainer
+    from lightning.pytorch.trainer.connectors.data_connector import _DataConnector
+
+    import chaoslight
+
+    seen: list[tuple[str | None, bool]] = []
+    original = _DataConnector.__dict__["_prepare_dataloader"]
+
+    class Recorder:
+        name = "loader-recorder"
+
+        def observer(self) -> Any:
+            from chaoslight.checks import observer_class
+
+            def prepared(observer: Any, given: Any, made: Any, stage: str | None) -> None:
+                seen.append((stage, made is given))
+
+            return observer_class("Recorder", {"on_loader_prepared": prepared})()
+
+        def judge(self, evidence: Evidence) -> list[Any]:
+            return []
+
+    model, loader = tiny_model_class()(), tiny_loader()
+    with chaoslight.inject(Schedule(), checks=[Recorder()]):
+        tiny_trainer(max_steps=2).fit(model, loader)
+    assert seen == [("train", True)]  # one process: the loader is kept as given
+    assert _DataConnector.__dict__["_prepare_dataloader"] is original
+
+
+KNOWN = "examples/known_issues"
+
+
+@pytest.mark.slow
+def test_lightnings_rebuilt_batch_samplers_are_its_known_issue_and_the_workaround_passes(
+    world2: World,
+) -> None:
+    """examples/known_issues/batch_sampler_rebuilt.py: batches of one and a dropped
+    weighted sampler, found with no fault in training and validation and reported as
+    Lightning's; the rank-aware batch samplers are clean. On 2.5+ the validation
+    RandomSampler inside a batch sampler of the program's own keeps its shuffle."""
+    from chaoslight import judge
+    from chaoslight.checks import FrameworkFacts
+
+    checks = [DataOrder(), FrameworkFacts()]
+    target = f"{KNOWN}/batch_sampler_rebuilt.py"
+    outcome = world2.run(f"{target}:train", Schedule(), timeout=90, checks=checks)
+    found = [(v.aspect, v.message.split(":")[0]) for v in outcome.violations]
+    assert found == [
+        ("rebuilt-batches", "Lightning rebuilt train loader 0 around a DistributedSampler"),
+        (
+            "sampler-dropped",
+            "Lightning rebuilt train loader 0 around a DistributedSampler(shuffle=True) "
+            "over the whole data set",
+        ),
+        ("rebuilt-batches", "Lightning rebuilt validation loader 0 around a DistributedSampler"),
+    ], outcome.report()
+    verdict = judge(outcome)
+    assert (
+        verdict.known is not None and verdict.known.issue.key == "lightning-batch-sampler-rebuilt"
+    )
+    assert verdict.findings == ()  # every symptom is Lightning's
+    for clean in (f"{target}:train_fixed", f"{KNOWN}/eval_batch_sampler_shuffle.py:train"):
+        fixed = world2.run(clean, Schedule(), timeout=90, checks=checks)
+        assert fixed.status == "passed", fixed.report()
+
+
+@pytest.mark.slow
+def test_a_validation_set_each_rank_builds_for_itself_is_found(world2: World) -> None:
+    outcome = world2.run(
+        "tests/ddp_targets.py:validation_shard_per_rank",
+        Schedule(),
+        timeout=60,
+        checks=[DataOrder()],
+    )
+    (found,) = outcome.violations
+    assert found.message.startswith(
+        "in validation run 0 the ranks' DistributedSamplers of validation loader 0 index "
+        "data sets of different lengths (length: rank 0 16, rank 1 12)"
+    ), outcome.report()

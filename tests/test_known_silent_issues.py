@@ -511,3 +511,50 @@ def test_another_data_order_finding_beside_it_stays_the_programs() -> None:
     hole = Violation("data-order", "in epoch 0 sample 3 of train loader 0 was drawn by no rank")
     found = match_known(run([facts("2.6.6")] * 2, [replaced_order(), hole]))
     assert found is not None and hole not in found.claimed.violations
+
+
+REBUILT = "lightning-batch-sampler-rebuilt"
+SHUFFLE_LOST = "lightning-eval-batch-sampler-shuffle-lost"
+
+
+def order_loss(aspect: str, loader: str = "train loader 0") -> Violation:
+    return Violation("data-order", f"Lightning rebuilt {loader} ({aspect})", rank=0, aspect=aspect)
+
+
+@pytest.mark.parametrize("fired", ["", "flip@lightning.training_step rank=0 step=0"])
+def test_a_rebuilt_batch_sampler_is_lightnings_whatever_else_fired(fired: str) -> None:
+    """Lightning#21122: the batch size and the sampler a rebuilt loader lost are claimed,
+    with a fault beside them too; a coverage hole beside them stays the program's."""
+    lost = [order_loss("rebuilt-batches"), order_loss("sampler-dropped")]
+    hole = Violation("data-order", "in validation run 0 sample 3 of validation loader 0 …")
+    found = match_known(run([facts("2.6.6")] * 2, [*lost, hole], fired=fired))
+    assert found is not None and found.issue.key == REBUILT
+    assert found.claimed.violations == tuple(lost)
+    assert "use_distributed_sampler=False" in found.issue.workaround
+
+
+@pytest.mark.parametrize(("version", "claimed"), [("2.4.0", True), ("2.5.0", False)])
+def test_an_evaluation_shuffle_lost_is_lightnings_only_where_the_release_has_the_bug(
+    version: str, claimed: bool
+) -> None:
+    """Lightning#20326, fixed in 2.5.0: on a fixed release the same symptom is no longer
+    explained by the known issue."""
+    lost = order_loss("shuffle-lost", "validation loader 0")
+    found = match_known(run([facts(version, package="pytorch-lightning")] * 2, [lost]))
+    if claimed:
+        assert found is not None and found.issue.key == SHUFFLE_LOST
+        assert found.claimed.violations == (lost,)
+    else:
+        assert found is None or lost not in found.claimed.violations
+
+
+def test_the_rebuilt_loaders_issue_claims_no_other_order_finding() -> None:
+    """Each order issue claims its own aspects: a curriculum Lightning's wrapper shuffled
+    is #21131's, never #21122's."""
+    from chaoslight._verdict._known import claim_known
+
+    shuffled, rebuilt = replaced_order(), order_loss("rebuilt-batches")
+    claims = claim_known(run([facts("2.6.6")] * 2, [shuffled, rebuilt]))
+    by_key = {claim.issue.key: claim.claimed.violations for claim in claims}
+    assert by_key[REBUILT] == (rebuilt,)
+    assert by_key[SHUFFLED] == (shuffled,)

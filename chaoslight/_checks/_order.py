@@ -33,8 +33,14 @@ from collections import defaultdict
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
-from chaoslight._checks._order_facts import distributed_indices, guarded_facts
+from chaoslight._checks._order_facts import distributed_indices
 from chaoslight._checks._order_loops import loop_hooks
+from chaoslight._checks._order_rebuilt import (
+    STAGE_WORDS,
+    EvaluationRuns,
+    RebuiltLoaders,
+    rebuilt_findings,
+)
 from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._checks._shards import _tensors, data_altered, row_hashes, train_loaders
 
@@ -86,6 +92,8 @@ class DataOrder(Check):
     def observer(self) -> Any:
         check = self
         state: dict[str, Any] = {"fit": -1, "first": False, "hash": False, "batches": []}
+        rebuilt = RebuiltLoaders()
+        evaluation = EvaluationRuns(check.name, rebuilt)
 
         def on_fit_start(self: Any, trainer: Any, module: Any) -> None:
             state["fit"] += 1
@@ -97,7 +105,7 @@ class DataOrder(Check):
             if state["first"]:
                 # The loaders' iterators exist now: a sampler's state is this epoch's.
                 state["first"] = False
-                loaders = [guarded_facts(loader) for loader in train_loaders(trainer)]
+                loaders = rebuilt.facts(train_loaders(trainer))
                 state["hash"] = any(facts["promises"] for facts in loaders)
                 facts = {"fit": state["fit"], "epoch": trainer.current_epoch, "loaders": loaders}
                 observe(check.name, trainer, facts | {"world_size": trainer.world_size})
@@ -115,6 +123,8 @@ class DataOrder(Check):
             "on_train_epoch_start": on_train_epoch_start,
             "on_train_batch_start": on_train_batch_start,
             "on_train_epoch_end": on_train_epoch_end,
+            "on_loader_prepared": lambda self, *args: rebuilt.prepared(*args),
+            **evaluation.hooks(),  # validation, test and predict runs
             **loop_hooks(check.name),  # a loop no Trainer runs (``_order_loops``)
         }
         return observer_class("DataOrderObserver", hooks)()
@@ -122,10 +132,17 @@ class DataOrder(Check):
     def judge(self, evidence: Evidence) -> list[Violation]:
         pipelines: dict[int, dict[int, dict[int, Any]]] = defaultdict(lambda: defaultdict(dict))
         batches: dict[int, dict[int, dict[int, list[int]]]] = defaultdict(lambda: defaultdict(dict))
+        runs: dict[tuple[str, int], dict[int, Any]] = defaultdict(dict)
+        firsts: list[tuple[int, dict[str, Any]]] = []  # what each rank's loaders were made of
         for event, facts in evidence.observations(self.name):
+            if "stage" in facts:  # a validation, test or predict run
+                runs[(facts["stage"], int(facts["run"]))].setdefault(event.rank, facts)
+                firsts.append((event.rank, facts))
+                continue
             fit, epoch = int(facts["fit"]), int(facts["epoch"])
             if "loaders" in facts:
                 pipelines[fit][epoch].setdefault(event.rank, facts)
+                firsts.append((event.rank, facts))
             else:
                 batches[fit][epoch].setdefault(event.rank, list(facts["batches"]))
         if data_altered(evidence):
@@ -135,13 +152,19 @@ class DataOrder(Check):
             # iterate an epoch again, and its passes then pair with no peer's.
             for fit in [f for f, epochs in pipelines.items() if _of_a_loop(epochs)]:
                 del pipelines[fit]
+        found: list[Violation | None] = []
         for fit in sorted(set(pipelines) | set(batches)):
             # Lightning's replacement of the program's order is reported beside, never
             # instead of, what the program's own pipeline did (a known issue claims it).
             found = [self._fit(pipelines[fit], batches[fit]), self._order_replaced(pipelines[fit])]
             if any(found):
-                return [v for v in found if v is not None]
-        return []
+                break
+        # The evaluation loaders' coverage (their order is Lightning's to choose), then
+        # what Lightning's rebuilding of any loader lost (known issues claim those).
+        holes = (self._coverage(run, runs[(stage, run)]) for stage, run in sorted(runs))
+        found.append(next(filter(None, holes), None))
+        found += rebuilt_findings(self.name, firsts)
+        return [v for v in found if v is not None]
 
     def _fit(
         self, pipelines: dict[int, dict[int, Any]], batches: dict[int, dict[int, list[int]]]
@@ -200,19 +223,19 @@ class DataOrder(Check):
                 for key in differ
             )
             lengths = {p["length"] for p in parts.values()}
+            facts = next(iter(ranks.values()))
+            name, epochs = loader_name(facts, index), period(facts)
             if len(lengths) > 1:
                 message = (
-                    f"in epoch {epoch} the ranks' DistributedSamplers index data sets of "
-                    f"different lengths ({detail}): an index names a different sample on "
-                    "each rank, so some samples are drawn twice and others never"
+                    f"in {epochs} {epoch} the ranks' DistributedSamplers of {name} index "
+                    f"data sets of different lengths ({detail}): an index names a different "
+                    "sample on each rank, so some samples are drawn twice and others never"
                 )
                 return Violation(self.name, message, cause=self.coverage_cause)
             drawn = set().union(*(distributed_indices(p) for p in parts.values()))
             missing = sorted(set(range(lengths.pop())) - drawn)
             if missing:
                 what = "position" if any(p["wraps"] for p in parts.values()) else "sample"
-                facts = next(iter(ranks.values()))
-                name, epochs = loader_name(facts, index), "pass" if facts.get("loop") else "epoch"
                 message = (
                     f"in {epochs} {epoch} {what} {missing[0]} (and {len(missing) - 1} more) of "
                     f"{name} was drawn by no rank: the ranks' "
@@ -303,9 +326,20 @@ def _of_a_loop(epochs: dict[int, dict[int, Any]]) -> bool:
 
 
 def loader_name(facts: dict[str, Any], index: int) -> str:
-    """A Trainer's train loader by its index; a loop's by its data set (``_order_loops``)."""
+    """A Trainer's loader by its stage and index; a loop's by its data set
+    (``_order_loops``)."""
     key = facts.get("loop")
-    return f"the loop's loader over {key}" if key else f"train loader {index}"
+    stage = STAGE_WORDS.get(facts.get("stage", "train"), "train")
+    return f"the loop's loader over {key}" if key else f"{stage} loader {index}"
+
+
+def period(facts: dict[str, Any]) -> str:
+    """What one draw of a loader's samples is called: a loop's pass, a training epoch,
+    an evaluation stage's run."""
+    if facts.get("loop"):
+        return "pass"
+    stage = facts.get("stage")
+    return f"{STAGE_WORDS[stage]} run" if stage in STAGE_WORDS else "epoch"
 
 
 def replaced(ranks: dict[int, Any], index: int) -> str:

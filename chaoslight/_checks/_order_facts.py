@@ -120,3 +120,68 @@ def distributed_indices(facts: dict[str, Any]) -> list[int]:
         if indices and padding:
             indices += (indices * math.ceil(padding / len(indices)))[:padding]
     return indices[int(facts["rank"]) : total : replicas]
+
+
+def replacement_facts(original: Any, prepared: Any) -> dict[str, Any] | None:
+    """What the program's loader asked for and what the loader Lightning made of it
+    gives: the batch size, the sampler that orders the samples (its kind: torch's
+    ``random`` or ``sequential``, a ``distributed`` one, or the program's ``own``), and
+    whether the made loader draws from the program's sampler (the same one, or Lightning's
+    wrapper around it) or from a DistributedSampler over the whole data set. None where
+    Lightning kept the loader, or where a loader does not answer as torch's does."""
+    if prepared is original:
+        return None
+    try:
+        asked, made = index_sampler(original), index_sampler(prepared)
+        wraps = getattr(getattr(made, "dataset", None), "_sampler", None)
+        return {
+            "asked_batch": batch_size_of(original),
+            "asked_sampler": type(asked).__name__,
+            "asked_kind": sampler_kind(asked),
+            "asked_batch_sampler": type(original.batch_sampler).__name__,
+            "asked_batches": len(original),
+            "made_batch": batch_size_of(prepared),
+            "made_sampler": type(made).__name__,
+            "made_kind": sampler_kind(made),
+            "made_shuffle": bool(getattr(made, "shuffle", False)),
+            "made_keeps": made is asked or wraps is asked,
+            "made_batches": len(prepared),
+        }
+    except (AttributeError, TypeError, ValueError, NotImplementedError):
+        return None
+
+
+def index_sampler(loader: Any) -> Any:
+    """The sampler that orders a loader's samples: its batch sampler's where the program
+    gave one (``batch_sampler=``, when torch leaves ``batch_size`` None), else its own."""
+    if loader.batch_size is None and loader.batch_sampler is not None:
+        inner = getattr(loader.batch_sampler, "sampler", None)
+        # Lightning's index-tracking wrapper (predict) holds the batch sampler it wraps.
+        inner = getattr(getattr(loader.batch_sampler, "_batch_sampler", None), "sampler", inner)
+        return inner
+    return loader.sampler
+
+
+def batch_size_of(loader: Any) -> int | None:
+    """The size of a loader's batches: its own, or its batch sampler's (None: unknown)."""
+    if loader.batch_size is not None:
+        return int(loader.batch_size)
+    batch_sampler = loader.batch_sampler
+    batch_sampler = getattr(batch_sampler, "_batch_sampler", batch_sampler)
+    size = getattr(batch_sampler, "batch_size", None)
+    return int(size) if isinstance(size, int) else None
+
+
+def sampler_kind(sampler: Any) -> str:
+    """``distributed``, ``random``, ``sequential`` (torch's, and their subclasses, which
+    Lightning treats as torch's), or ``own``: a sampler whose order is the program's."""
+    from torch.utils.data import RandomSampler, SequentialSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    if isinstance(sampler, DistributedSampler):
+        return "distributed"
+    if isinstance(sampler, RandomSampler):
+        return "random"
+    if isinstance(sampler, SequentialSampler):
+        return "sequential"
+    return "own"

@@ -271,8 +271,22 @@ class _EpochSeen:
 
 def train_loaders(trainer: Any) -> list[Any]:
     """The fit's train DataLoaders, in order (a CombinedLoader's, a list's, a dict's)."""
+    return stage_loaders(trainer, "train")
+
+
+# The Trainer's property that holds a stage's loaders, by Lightning's stage prefix.
+STAGE_LOADERS = {
+    "train": "train_dataloader",
+    "val": "val_dataloaders",
+    "test": "test_dataloaders",
+    "predict": "predict_dataloaders",
+}
+
+
+def stage_loaders(trainer: Any, stage: str) -> list[Any]:
+    """A stage's DataLoaders as Lightning readied them, in order."""
     try:
-        loaders = trainer.train_dataloader
+        loaders = getattr(trainer, STAGE_LOADERS[stage])
     except Exception:  # not set up yet, or a Lightning without the property
         return []
     found: list[Any] = []

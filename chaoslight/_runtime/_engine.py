@@ -170,8 +170,10 @@ class Engine:
                 self.stop_counting()
 
     def tell_loop_observers(self, hook: str, *args: Any) -> None:
-        if self._trainer is not None:
-            return  # a Trainer's own hooks tell them
+        if self._trainer is None:  # else a Trainer's own hooks tell them
+            self.tell_observers(hook, *args)
+
+    def tell_observers(self, hook: str, *args: Any) -> None:
         for observer in self.callbacks:
             call = getattr(observer, hook, None)
             if callable(call):

@@ -24,7 +24,11 @@ fetched (training's, validation's: the iterator says whose),
 ``torch.autograd.backward``), ``on_loop_before_optimizer_step(optimizer)`` before each
 optimizer step (after the step's faults fired) and ``on_loop_after_optimizer_step(optimizer)``
 after it, at the loop's step
-(``_runtime/_loop_steps.py``).
+(``_runtime/_loop_steps.py``). In a Trainer program it is told
+``on_loader_prepared(original, prepared, stage)`` each time Lightning readies a loader
+the program gave for a stage (``"train"``, ``"val"``, ``"test"``, ``"predict"``): under
+DDP ``prepared`` is the loader Lightning rebuilt around a DistributedSampler, which no
+hook of Lightning's shows beside the program's own.
 
 The lower layers read these through the helpers below, never by comparing names.
 """

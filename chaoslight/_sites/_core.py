@@ -68,6 +68,11 @@ class Dispatcher(Protocol):
         """Outside a Trainer, call ``hook(*args)`` on the checks' observers that have it:
         what a loop does that no Trainer hook tells them (``_runtime/_protocol.py``)."""
 
+    def tell_observers(self, hook: str, *args: Any) -> None:
+        """Call ``hook(*args)`` on the checks' observers that have it, in a Trainer
+        program too: what Lightning does that no hook of its own tells them (a loader it
+        rebuilt, ``_runtime/_protocol.py``)."""
+
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
 

@@ -160,6 +160,31 @@ def _forward_wrapper(
     return _forward_site(wrapped, instance, args, kwargs)
 
 
+def _loader_prepared(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Lightning's data connector readies a loader for a stage (under DDP it rebuilds it
+    around a DistributedSampler): the checks' observers are told which loader the program
+    gave and which one the stage draws from (``on_loader_prepared``), since no hook of
+    Lightning's shows the program's own loader once it is replaced."""
+    __tracebackhide__ = True
+    result = wrapped(*args, **kwargs)
+    dispatcher = STATE.dispatcher
+    if dispatcher is not None:
+        bound = _PREPARE_PARAMETERS.bind_partial(*args, **kwargs).arguments
+        stage = getattr(bound.get("mode"), "dataloader_prefix", None)
+        dispatcher.tell_observers("on_loader_prepared", bound.get("dataloader"), result, stage)
+    return result
+
+
+_PREPARE_PARAMETERS = inspect.Signature(
+    [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for name in ("dataloader", "shuffle", "mode")
+    ]
+)
+
+
 def _paths(suffix: str) -> tuple[str, ...]:
     return tuple(f"{flavour}.{suffix}" for flavour in FLAVOURS)
 
@@ -170,6 +195,13 @@ LIGHTNING_POINTS: tuple[PatchPoint, ...] = (
         _paths("trainer.call"),
         "_call_and_handle_interrupt",
         _trainer_tracker,
+        always=True,
+    ),
+    LightningPoint(
+        "lightning:loader_prepared",
+        _paths("trainer.connectors.data_connector:_DataConnector"),
+        "_prepare_dataloader",
+        _loader_prepared,
         always=True,
     ),
     LightningPoint(

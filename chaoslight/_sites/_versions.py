@@ -115,6 +115,11 @@ def _call(name: str, why: str) -> Internal:
 
 INTERNALS: tuple[Internal, ...] = (
     Internal(
+        "trainer.connectors.data_connector:_DataConnector._prepare_dataloader",
+        "telling data-order which loader the program gave and which Lightning made of it",
+        leading=("self", "dataloader", "shuffle", "mode"),
+    ),
+    Internal(
         "trainer.call:_call_and_handle_interrupt",
         "tracking the running Trainer and resuming a restart",
         leading=("trainer", "trainer_fn"),

@@ -38,8 +38,10 @@ from chaoslight._verdict._known_sigterm import (
     stopped_alone_claims,
 )
 from chaoslight._verdict._known_silent import (
+    batch_sampler_rebuilt,
     custom_sampler_shuffled,
     epoch_end_resume_by_steps,
+    evaluation_shuffle_lost,
     package_in_facts,
     repeated_batch_after_resume,
     static_graph_first_step,
@@ -332,6 +334,63 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "(examples/known_issues/custom_sampler_order.py:train_fixed)"
         ),
         claims=custom_sampler_shuffled,
+    ),
+    KnownIssue(
+        key="lightning-batch-sampler-rebuilt",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "under DDP a loader given a batch sampler is rebuilt around a DistributedSampler "
+            "over the whole data set: a torch BatchSampler comes back with batches of one, "
+            "and a sampler the batch sampler held (weighted, curriculum) is dropped"
+        ),
+        signature=(
+            "data-order saw a loader the program gave with batch_sampler= (a train, "
+            "validation, test or predict loader a stage drew from) that Lightning's data "
+            "connector rebuilt with another batch size, or around a DistributedSampler that "
+            "never draws from the program's sampler; it claims those data-order violations "
+            "only, whatever else fired"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/21122 (open; "
+            "_get_distributed_sampler reads loader.sampler, torch's SequentialSampler when a "
+            "batch sampler is given, and _dataloader_init_kwargs_resolve_sampler rebuilds a "
+            "plain BatchSampler's loader from the sampler alone, batch_size left at 1)"
+        ),
+        workaround=(
+            "give the loader batch_size= and sampler=/shuffle= instead of a torch "
+            "BatchSampler, or set Trainer(use_distributed_sampler=False) and build the batch "
+            "sampler over a rank-aware sampler: DistributedSampler(data), or "
+            "lightning.fabric.utilities.distributed.DistributedSamplerWrapper(your_sampler) "
+            "(examples/known_issues/batch_sampler_rebuilt.py:train_fixed)"
+        ),
+        claims=batch_sampler_rebuilt,
+    ),
+    KnownIssue(
+        key="lightning-eval-batch-sampler-shuffle-lost",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.4.99"),
+        title=(
+            "under DDP a validation, test or predict loader given a batch sampler over a "
+            "RandomSampler is rebuilt with DistributedSampler(shuffle=False): every run "
+            "draws the same samples in the same order"
+        ),
+        signature=(
+            "data-order saw an evaluation loader whose batch sampler held a RandomSampler "
+            "rebuilt by Lightning around a DistributedSampler with shuffle=False; it claims "
+            "those data-order violations only, whatever else fired"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/20326 (fixed in 2.5.0: "
+            "_is_dataloader_shuffled reads the batch sampler's sampler)"
+        ),
+        workaround=(
+            "upgrade to pytorch-lightning 2.5.0 or later, or set "
+            "Trainer(use_distributed_sampler=False) and build the batch sampler over "
+            "DistributedSampler(data, shuffle=True) "
+            "(examples/known_issues/batch_sampler_rebuilt.py:train_fixed)"
+        ),
+        claims=evaluation_shuffle_lost,
     ),
 )
 

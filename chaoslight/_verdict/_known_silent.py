@@ -20,6 +20,7 @@ from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
 from chaoslight._checks._order import REPLACED_ORDER
+from chaoslight._checks._order_rebuilt import REBUILT_BATCHES, SAMPLER_DROPPED, SHUFFLE_LOST
 from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._report import PASSED, Outcome
 from chaoslight._runtime import Event, Violation
@@ -122,6 +123,31 @@ def custom_sampler_shuffled(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     failing = _failing(outcome)
     return Claimed(
         violations=tuple(v for v in failing if (v.check, v.aspect) == (DATA_ORDER, REPLACED_ORDER))
+    )
+
+
+def batch_sampler_rebuilt(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning#21122: under DDP with ``use_distributed_sampler`` Lightning rebuilds a
+    loader given a batch sampler around a DistributedSampler over the whole data set (it
+    reads ``loader.sampler``, torch's SequentialSampler whenever a batch sampler is given):
+    a torch ``BatchSampler`` comes back with batches of one, and a sampler the batch
+    sampler held is dropped. It claims ``data-order``'s violations of exactly those two
+    losses (the check compares the loader the program gave with the one Lightning made),
+    whatever else fired."""
+    return _aspects(outcome, (REBUILT_BATCHES, SAMPLER_DROPPED))
+
+
+def evaluation_shuffle_lost(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning#20326 (fixed in 2.5.0): an evaluation loader given a batch sampler over a
+    RandomSampler is rebuilt around a DistributedSampler(shuffle=False). It claims
+    ``data-order``'s violations of that lost shuffle, whatever else fired."""
+    return _aspects(outcome, (SHUFFLE_LOST,))
+
+
+def _aspects(outcome: Outcome, aspects: tuple[str, ...]) -> Claimed:
+    failing = _failing(outcome)
+    return Claimed(
+        violations=tuple(v for v in failing if v.check == DATA_ORDER and v.aspect in aspects)
     )
 
 
