@@ -20,3 +20,14 @@ def reduce_catching_errors() -> str:
     except RuntimeError as error:
         return f"caught {type(error).__name__}"
     return "reduced"
+
+
+def reduce_async() -> float:
+    """One asynchronous all-reduce, waited on as torch documents: ``work.wait()``."""
+    import torch
+    import torch.distributed as dist
+
+    value = torch.ones(1)
+    work = dist.all_reduce(value, async_op=True)
+    work.wait()
+    return float(value)

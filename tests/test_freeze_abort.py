@@ -377,6 +377,22 @@ def test_a_rank_frozen_for_good_is_decided_early_and_leaves_nothing_behind(
 
 
 @pytest.mark.slow
+def test_a_peer_waiting_on_an_async_collective_for_a_frozen_rank_is_a_consequence(
+    world2: chaoslight.World,
+) -> None:
+    """``work.wait()`` is C++: the wait's frame is chaoslight's marking wrapper, so the
+    peer reads as waiting in torch.distributed, not as polling with no deadline (a false
+    alarm of the budget campaign on catalogue/unsynchronised_async:train_fixed)."""
+    target = f"{ROOT}/tests/freeze_abort_targets.py:reduce_async"
+    fault = "freeze@dist.all_reduce rank=0"
+    outcome = world2.run(target, fault, timeout=4)
+    verdict = judge(outcome)
+    assert not verdict.failed, verdict.reason
+    assert verdict.fired == ((0, fault),)
+    assert stopped_or_waking(world2) == []
+
+
+@pytest.mark.slow
 def test_a_short_freeze_is_ridden_out(world2: chaoslight.World) -> None:
     """A rank stopped for half a second resumes; the job passes and no helper is left."""
     fault = "freeze@lightning.training_step rank=1 step=3 seconds=0.5"

@@ -187,6 +187,37 @@ def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
         assert not judge(outcome([marked, passed(1)])).internal
 
 
+def test_an_error_of_a_patched_c_function_is_the_functions_not_chaoslights() -> None:
+    """A patched C function (``Work.wait``: a gloo timeout) has no frame of its own: the
+    innermost frame is the site wrapper's call of it, and the error is not internal; an
+    error on any other line of the same wrapper is."""
+    import chaoslight._sites._async_work as work
+
+    timeout = "Timed out waiting 31000ms for send operation to complete"
+    for line, internal in (
+        ("return wrapped(*args, **kwargs)", False),
+        ("__tracebackhide__ = True", True),
+    ):
+        tb = f'Traceback:\n  File "{work.__file__}", line 24, in _async_wait\n    {line}\n'
+        verdict = judge(outcome([raised(0, "RuntimeError", timeout, tb=tb), passed(1)]))
+        assert verdict.internal is internal, verdict.reason
+
+
+def test_a_stack_blocked_in_an_async_collectives_wait_is_inside_torch_distributed() -> None:
+    from chaoslight._verdict._stalls import inside_distributed
+
+    def stack(innermost: str) -> str:
+        return (
+            "Thread 0x1 (most recent call first):\n"
+            f'  File "{innermost}", line 24 in _async_wait\n'
+            '  File "/w/program.py", line 70 in training_step\n'
+            '  File "/w/chaoslight/_world/_worker.py", line 303 in call\n'
+        )
+
+    assert inside_distributed(stack("/w/chaoslight/_sites/_async_work.py"))
+    assert not inside_distributed(stack("/w/program.py"))
+
+
 def test_the_deliberate_mark_crosses_the_rank_boundary() -> None:
     """A marked exception's ExceptionInfo says deliberate, and keeps it through the JSON a
     rank sends its parent; an unmarked one does not."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from chaoslight._schedule._catalog import SITES
-from chaoslight._sites import _ddp, _fabric, _lightning, _loop, _torch
+from chaoslight._sites import _async_work, _ddp, _fabric, _lightning, _loop, _torch
 from chaoslight._sites._core import (
     STATE,
     Behaviour,
@@ -26,6 +26,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     _lightning.LIGHTNING_POINTS
     + _ddp.DDP_POINTS
     + _torch.TORCH_POINTS
+    + _async_work.ASYNC_WORK_POINTS
     + _loop.LOOP_POINTS
     + _fabric.FABRIC_POINTS
 )

@@ -52,7 +52,11 @@ Judged = list[tuple[int, Fault]]  # (rank, fault) as the rules judge them, in ti
 Carried = tuple[tuple[int, Fault], ...]  # desync faults of earlier runs of the job
 _MILDEST_FIRST = tuple(Severity)  # a run is judged by its worst fault
 
-_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)', re.M)
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)(?=\n[ \t]*(.*)|)', re.M)
+# A site wrapper's call of the function it wraps (wrapt's ``wrapped``, by convention in
+# ``_sites``): a patched C function (``Work.wait``, ``Tensor.item``) has no frame of its
+# own, so its error's innermost frame is this call, and the error is the function's.
+_PASSES_THROUGH = re.compile(r"^(return )?wrapped\(")
 
 
 def counted(outcome: Outcome) -> list[Fired]:
@@ -105,8 +109,8 @@ def internal_error(outcome: Outcome) -> str | None:
         frames = _FRAME.findall(exc.traceback or "")
         if not frames:
             continue
-        filename, function = frames[-1]
-        if in_chaoslight(filename):
+        filename, function, line = frames[-1]
+        if in_chaoslight(filename) and not _PASSES_THROUGH.match(line.strip()):
             return f"rank {result.rank}: {exc} (raised in chaoslight: {function})"
     return None
 

@@ -26,6 +26,7 @@ from typing import Any
 from chaoslight._report import FAILED, HUNG, Outcome, RankResult
 from chaoslight._runtime import budget_of
 from chaoslight._schedule import Fault, Severity
+from chaoslight._sites._async_work import ASYNC_WAIT_FRAME
 from chaoslight._world._wavefront import waits_boundedly
 
 NO_DEADLINE_CAUSE = (
@@ -46,8 +47,10 @@ _TIMED_OUT = re.compile(r"time[d ]?\s?out|deadline", re.I)
 
 # Stack frames of code that waits in torch.distributed even where no site saw it: DDP's
 # own collectives (``_pre_forward`` syncing buffers, ``_sync_module_states``) call c10d
-# directly, and the wavefront reports only the collectives that go through a site.
+# directly, and the wavefront reports only the collectives that go through a site; an
+# asynchronous collective's ``work.wait()`` is C++ under chaoslight's marking wrapper.
 DISTRIBUTED_FRAMES = (
+    ASYNC_WAIT_FRAME,
     "torch/distributed/",
     "torch/nn/parallel/",
     "lightning/pytorch/strategies/",

@@ -57,6 +57,7 @@ from typing import Any
 from chaoslight._runtime._frames import current_frames, is_library
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._runtime._trace import COLLECTIVE_SITES
+from chaoslight._sites import _async_work
 from chaoslight._world._sched import Reading, asleep, read_threads
 
 GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see above)
@@ -121,6 +122,16 @@ def _folder(module: str) -> str:
     found = sys.modules.get(module)
     path = getattr(found, "__file__", None)
     return os.path.dirname(os.path.abspath(path)) + os.sep if path else "\0"
+
+
+def _in_distributed(filename: str) -> bool:
+    """A frame of torch.distributed's own code, or chaoslight's marking wrapper around
+    ``Work.wait`` (``_sites/_async_work``: torch's collectives wait through it, and an
+    asynchronous collective's ``work.wait()`` has no other Python frame)."""
+    return filename.startswith(_folder("torch.distributed")) or filename == _ASYNC_WAIT
+
+
+_ASYNC_WAIT = _async_work.__file__
 
 
 class Tracker:
@@ -205,10 +216,10 @@ class Tracker:
             # all of them running or runnable, never asleep.
             site = GRADIENT_ALLREDUCE
         elif site not in COLLECTIVE_SITES:
-            if not where.startswith((_folder("torch.nn.parallel"), _folder("torch.distributed"))):
+            if not (where.startswith(_folder("torch.nn.parallel")) or _in_distributed(where)):
                 return None  # not in a collective
             site = DDP_INTERNAL  # in one that DDP (or a library) issued where no site sees it
-        elif not where.startswith(_folder("torch.distributed")):
+        elif not _in_distributed(where):
             return None  # in a collective's site but not waiting in it (a Delay sleeps)
         return site, call, step
 
@@ -218,9 +229,7 @@ class Tracker:
         store's) timeout bounds. For a hang report; never raises."""
         try:
             frame = current_frames().get(self.main)
-            inside = frame is not None and frame.f_code.co_filename.startswith(
-                _folder("torch.distributed")
-            )
+            inside = frame is not None and _in_distributed(frame.f_code.co_filename)
             return inside or self._waiting_in(frame) is not None
         except Exception:
             return False
