@@ -230,6 +230,11 @@ FIX_LINES: tuple[FixLine, ...] = (
     # examples/loops: Fabric and plain PyTorch loops
     FixLine("loops/plain_caught_oom.py:train_buggy", "continue  # the bug", "_train"),
     FixLine("loops/plain_rank0_save_race.py:train_buggy", "if wait:", "_train"),
+    FixLine(
+        "loops/plain_fsdp_rank0_save.py:train_buggy",
+        "elif dist.get_rank() == 0:  # the bug",
+        "_train",
+    ),
     FixLine("loops/plain_inplace_checkpoint.py:train_buggy", "torch.save(state, PATH)  #", "_save"),
     FixLine("loops/fabric_caught_oom.py:train_buggy", "continue  # the bug", "_train"),
     FixLine(

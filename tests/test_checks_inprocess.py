@@ -159,3 +159,18 @@ def test_check_names_are_stable_and_misspellings_suggest() -> None:
     assert isinstance(check_by_name("finite-loss"), FiniteLoss)
     with pytest.raises(chaoslight.InvalidArgument, match="did you mean 'finite-loss'"):
         check_by_name("finite-los")
+
+
+def test_replicas_in_sync_compares_no_shards() -> None:
+    """Under a strategy whose ranks hold shards of the parameters (FSDP, model parallel)
+    there are no replicas to compare; DDP's ranks hold replicas."""
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
+
+    from chaoslight._checks._invariants import shards_parameters
+
+    class Custom(FSDPStrategy):  # a program's own subclass shards as its base does
+        pass
+
+    for cls, sharded in ((FSDPStrategy, True), (ModelParallelStrategy, True), (Custom, True)):
+        assert shards_parameters(cls.__new__(cls)) is sharded
+    assert not shards_parameters(DDPStrategy.__new__(DDPStrategy))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import defaultdict
 from typing import Any
 
@@ -25,6 +26,26 @@ BLOCK_CPU = 1 << 18
 BLOCK_ACCELERATOR = 1 << 22
 
 
+def local_shard(tensor: Any) -> Any:
+    """The part of a tensor this rank holds: a DTensor's local shard (FSDP2's
+    ``fully_shard`` parameters: summing the whole would be a collective, and reshaping it
+    is refused), any other tensor itself. Per rank, the same rank's shard in two runs is
+    comparable; shards of different ranks are not."""
+    module = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(module, "DTensor", None)
+    return tensor.to_local() if dtensor is not None and isinstance(tensor, dtensor) else tensor
+
+
+# Lightning's strategies whose ranks hold shards of the parameters, not replicas.
+SHARDING_STRATEGIES = frozenset({"FSDPStrategy", "ModelParallelStrategy"})
+
+
+def shards_parameters(strategy: Any) -> bool:
+    """Whether a Trainer's strategy shards the parameters across the ranks (FSDP, FSDP2
+    and tensor parallelism): each rank's parameters are its own shard, never a replica."""
+    return any(cls.__name__ in SHARDING_STRATEGIES for cls in type(strategy).__mro__)
+
+
 def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
     """Per tensor: its float64 sum, its position-weighted float64 sum (weights 1, 2, ...)
     and, with ``bits``, the sum modulo 2**64 of the float64 values' bit patterns: exact,
@@ -39,7 +60,7 @@ def summaries(tensors: list[Any], bits: bool = False) -> list[list[Any]]:
     """
     import torch
 
-    flats = [t.detach() for t in tensors]
+    flats = [local_shard(t).detach() for t in tensors]
     flats = [(torch.view_as_real(t) if t.is_complex() else t).reshape(-1) for t in flats]
     result: list[list[Any]] = [[0.0, 0.0] + ([0] if bits else []) for _ in flats]
     with quietly():
@@ -123,8 +144,8 @@ class ReplicasInSync(Check):
                 observe(check.name, trainer, {"fit": fits[0], "frozen": frozen})
 
         def on_train_batch_end(self: Any, trainer: Any, module: Any, *args: Any) -> None:
-            if trainer.world_size < 2:
-                return  # one replica: nothing to compare, nothing to pay
+            if trainer.world_size < 2 or shards_parameters(trainer.strategy):
+                return  # one replica, or none (each rank holds a shard): nothing to compare
             items = list(module.named_parameters())
             parameters = len(items)
             items += list(module.named_buffers()) if check.buffers else []

@@ -100,6 +100,10 @@ LOOPS: tuple[Loop, ...] = (
         silent=True,
         check="data-order",
     ),
+    Loop(
+        "plain_fsdp_rank0_save",
+        "under FSDP (fully_shard) rank 0 alone gathers the full state dict for a checkpoint",
+    ),
     Loop("fabric_ok_accumulate", ""),
     Loop("fabric_ok_validation", ""),
     Loop("fabric_ok_all_gather", ""),
