@@ -441,3 +441,21 @@ def test_a_sigterm_that_outlived_its_handler_is_judged_as_the_default_action() -
     verdict = judge(outcome([dead, exited(1, 143)], events))
     assert not verdict.failed, verdict.reason
     assert verdict.rule == FAILED_CLEANLY  # the crash rule: every rank ended, in time
+
+
+def test_the_caller_of_a_collective_is_found_under_the_async_wait_wrapper() -> None:
+    """torch's own collectives wait in ``Work.wait``, under chaoslight's marking wrapper:
+    a rank blocked in Lightning's SIGTERM broadcast is still seen blocked in a collective
+    issued by ``_sigterm_notifier_fn`` (the known issue's signature reads it)."""
+    from chaoslight._verdict._known_frames import collective_caller
+
+    wrapper = ("/w/chaoslight/_sites/_async_work.py", "_async_wait")
+    torch_frames = [
+        ("/v/torch/distributed/distributed_c10d.py", "broadcast"),
+        ("/v/torch/distributed/c10d_logger.py", "wrapper"),
+    ]
+    caller = ("/v/lightning/pytorch/trainer/connectors/signal_connector.py", "_sigterm_notifier_fn")
+    assert collective_caller([wrapper, *torch_frames, caller]) == caller
+    assert collective_caller([*torch_frames, caller]) == caller
+    user = ("/w/program.py", "training_step")
+    assert collective_caller([user, caller]) is None  # not waiting in a collective
