@@ -6,11 +6,12 @@ For each entry of ``ENTRIES`` (a key of ``KNOWN_ISSUES`` in ``chaoslight/_verdic
 its reproducer in ``examples/known_issues/``, the schedule and checks that show it, a
 release that has the bug and one that has the fix) it makes a venv per release under
 ``--cache`` (default ``/tmp``: ``h4venv-<version>``) that sees this interpreter's packages
-(``--system-site-packages``: the CPU torch here is reused) and installs only
+(``--system-site-packages`` and a ``.pth`` naming this interpreter's site-packages: the CPU
+torch here is reused) and installs only
 ``lightning==X`` and ``pytorch-lightning==X`` with ``--no-deps`` (pip never touches torch;
 both flavours at one release, so a rank's facts name it whichever it imports). In each
-venv it runs the reproducer in a 2-rank World (chaoslight from this checkout, on
-``PYTHONPATH``; under ``/tmp/chaoslight-multirank.lock``), judges the run with the oracle
+venv it runs the reproducer in a 2-rank World (chaoslight as this interpreter has it: the
+checkout's editable install; under ``/tmp/chaoslight-multirank.lock``), judges the run with the oracle
 and prints one table row per (entry, release, target): the expected result (the known
 issue on the buggy release, a clean run on the fixed one, and the reproducer's
 ``train_fixed`` twin, the workaround, clean on the buggy release) and what came back.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -105,6 +107,19 @@ def venv(cache: Path, version: str) -> Path:
         subprocess.run(
             [sys.executable, "-m", "venv", "--system-site-packages", str(home)], check=True
         )
+        # Run from a venv, --system-site-packages shows the base interpreter's packages,
+        # not this one's (torch, lightning_utilities, chaoslight's editable install): a
+        # .pth adds them as a site directory (their own .pth files too), after the new
+        # venv's own site-packages, so the pinned release shadows this one's Lightning.
+        found = subprocess.run(
+            [str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        parents = "; ".join(f"site.addsitedir({path!r})" for path in site.getsitepackages())
+        pth = Path(found.stdout.strip()) / "parent-site-packages.pth"
+        pth.write_text(f"import site; {parents}\n")
         pins = [f"lightning=={version}", f"pytorch-lightning=={version}"]
         pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", *pins]
         subprocess.run(pip, check=True)
@@ -113,7 +128,7 @@ def venv(cache: Path, version: str) -> Path:
 
 
 def probe(python: Path, entry: Entry) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)  # chaoslight: this interpreter's (an editable install of ROOT)
     command = [
         "flock",
         LOCK,
