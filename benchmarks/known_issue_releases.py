@@ -11,10 +11,11 @@ torch here is reused) and installs only
 ``lightning==X`` and ``pytorch-lightning==X`` with ``--no-deps`` (pip never touches torch;
 both flavours at one release, so a rank's facts name it whichever it imports). In each
 venv it runs the reproducer in a 2-rank World (chaoslight as this interpreter has it: the
-checkout's editable install; under ``/tmp/chaoslight-multirank.lock``), judges the run with the oracle
-and prints one table row per (entry, release, target): the expected result (the known
-issue on the buggy release, a clean run on the fixed one, and the reproducer's
-``train_fixed`` twin, the workaround, clean on the buggy release) and what came back.
+checkout's editable install; under ``/tmp/chaoslight-multirank.lock``), judges the run
+with the oracle and prints one table row per (entry, release, target): the expected
+result (the known issue on the buggy release, a clean run on the fixed one, and the
+reproducer's ``train_fixed`` twin, the workaround, clean on the buggy release) and what
+came back.
 Exit status 0 when every row is as expected, 1 otherwise. Needs the package index
 (minutes on a first run).
 """
