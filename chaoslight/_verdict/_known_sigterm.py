@@ -45,7 +45,7 @@ claimed: the oracle judges it by the faults that fired.
 from __future__ import annotations
 
 from chaoslight._checks._exits import ExitStatus
-from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, Outcome
+from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, ExceptionInfo, Outcome
 from chaoslight._verdict._hangs import SIZE_MISMATCH
 from chaoslight._verdict._known_frames import (
     blocked_in,
@@ -113,6 +113,30 @@ def broadcast_in_handler(outcome: Outcome, taken: list[Delivery]) -> bool:
     return False
 
 
+# Python's words between a handled exception and the one raised while handling it.
+_HANDLING = "During handling of the above exception, another exception occurred:"
+
+
+def stopped_by_lightning(exc: ExceptionInfo | None) -> bool:
+    """The rank was stopped by Lightning's own SIGTERMException, raised in its loops: as it
+    is, or turned by the program's handler of it into an exit of its own choosing
+    (``except SIGTERMException: ...; sys.exit(143)``, the exit-status workaround). The
+    stop is Lightning's either way; the exit code is the program's."""
+    if exc is None:
+        return False
+    if exc.type == "SIGTERMException":
+        return raised_in_loops(exc.traceback)
+    handled, found, _ = (exc.traceback or "").rpartition(_HANDLING)
+    lines = [line for line in handled.strip().splitlines() if line.strip()]
+    return (
+        exc.type == "SystemExit"
+        and bool(found)
+        and bool(lines)
+        and "SIGTERMException" in lines[-1]
+        and raised_in_loops(handled)
+    )
+
+
 def stopped_alone(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Nothing but preemptions struck; a signalled rank raised Lightning's own
     SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
@@ -123,11 +147,7 @@ def stopped_alone(outcome: Outcome, taken: list[Delivery]) -> bool:
     alone = {
         r.rank
         for r in outcome.ranks
-        if r.rank in signalled
-        and r.status == FAILED
-        and r.exception is not None
-        and r.exception.type == "SIGTERMException"
-        and raised_in_loops(r.exception.traceback)
+        if r.rank in signalled and r.status == FAILED and stopped_by_lightning(r.exception)
     }
     left = [r for r in outcome.ranks if r.rank not in alone and r.status in (RELEASED, HUNG)]
     return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
