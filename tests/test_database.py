@@ -110,6 +110,7 @@ def campaign_on(
     return found, warnings
 
 
+@pytest.mark.slow  # seconds of real runs: the fast loop stays under a minute
 def test_a_redis_database_hands_the_first_failure_to_the_second_campaign(
     redis_url: str,
 ) -> None:

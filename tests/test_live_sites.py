@@ -281,6 +281,7 @@ schedule_strategy = st.builds(
 )
 
 
+@pytest.mark.slow  # seconds of real runs: the fast loop stays under a minute
 @settings(max_examples=25, database=None)
 @given(schedule=schedule_strategy)
 def test_the_same_schedule_fires_at_the_same_calls(schedule: Schedule) -> None:

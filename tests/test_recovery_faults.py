@@ -118,6 +118,7 @@ def test_a_bound_fault_always_has_a_run_to_fire_in(schedule: Schedule) -> None:
     assert not bound or (schedule.restarts == 1 and len(bound) < len(schedule))
 
 
+@pytest.mark.slow  # seconds of real runs: the fast loop stays under a minute
 def test_the_search_draws_a_fault_where_a_resumed_run_reads_its_checkpoint() -> None:
     """With a baseline's reach (which never loads a checkpoint) the search still draws
     a run-2 fault at the load sites, at no step: whenever the resume reaches them."""

@@ -79,6 +79,7 @@ def test_intervals_are_seeded_and_exponential() -> None:
     assert spread == pytest.approx(mean, rel=0.06)
 
 
+@pytest.mark.slow  # seconds of real runs: the fast loop stays under a minute
 def test_the_same_seed_draws_the_same_soak() -> None:
     """Two plans from one seed draw the same jobs; another seed draws other jobs."""
     first = list(itertools.islice(fresh_plan(seed=4).jobs(), 15))
