@@ -15,8 +15,12 @@ from typing import Any
 
 from chaoslight._sites._core import Call, PatchPoint
 
-# What a stack's frame in this module looks like: the path ``_stalls`` matches.
-ASYNC_WAIT_FRAME = "chaoslight/_sites/_async_work.py"
+
+def in_async_wait(filename: str) -> bool:
+    """Whether a frame's file (a live frame's, or one a stack dump or traceback names,
+    recorded on any machine) is this module: the wait every torch collective and every
+    ``work.wait()`` of the program's ends in. The one test the verdict and the World use."""
+    return filename.replace("\\", "/").endswith("chaoslight/_sites/_async_work.py")
 
 
 def _async_wait(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

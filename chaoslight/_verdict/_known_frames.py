@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from chaoslight._report import CRASHED, FAILED, HUNG, RELEASED, Outcome, RankResult
-from chaoslight._sites._async_work import ASYNC_WAIT_FRAME
+from chaoslight._sites._async_work import in_async_wait
 from chaoslight._verdict._hangs import SIZE_MISMATCH
 
 _TREES = ("lightning/pytorch/", "pytorch_lightning/")  # the two installed trainer trees
@@ -23,9 +23,6 @@ _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 _SEP = re.escape(os.sep)
 _OUR_MODULE = re.compile(rf"{_SEP}chaoslight{_SEP}(_[a-z_]+{_SEP}|_[a-z_]+\.py$|__init__\.py$)")
 _DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
-# torch's collectives wait in ``Work.wait`` under chaoslight's marking wrapper: its frame
-# is innermost in a rank blocked in any collective (``_sites/_async_work``).
-_ASYNC_WAIT = ASYNC_WAIT_FRAME.replace("/", os.sep)
 # Frames between a collective's caller and the wait: torch.distributed, wrapt, chaoslight's sites.
 _PLUMBING = (_DISTRIBUTED, f"{os.sep}wrapt{os.sep}")
 
@@ -69,7 +66,9 @@ def traceback_frames(text: str) -> list[FrameName]:
 
 def collective_caller(frames: list[FrameName]) -> FrameName | None:
     """The frame that issued the collective these frames wait in (None: not in one)."""
-    if not frames or not (_DISTRIBUTED in frames[0][0] or _ASYNC_WAIT in frames[0][0]):
+    # torch's collectives wait in ``Work.wait`` under chaoslight's marking wrapper: its
+    # frame is innermost in a rank blocked in any collective (``_sites/_async_work``).
+    if not frames or not (_DISTRIBUTED in frames[0][0] or in_async_wait(frames[0][0])):
         return None
     return next(
         (f for f in frames if not in_chaoslight(f[0]) and not any(p in f[0] for p in _PLUMBING)),

@@ -26,7 +26,7 @@ from typing import Any
 from chaoslight._report import FAILED, HUNG, Outcome, RankResult
 from chaoslight._runtime import budget_of
 from chaoslight._schedule import Fault, Severity
-from chaoslight._sites._async_work import ASYNC_WAIT_FRAME
+from chaoslight._sites._async_work import in_async_wait
 from chaoslight._world._wavefront import waits_boundedly
 
 NO_DEADLINE_CAUSE = (
@@ -48,9 +48,9 @@ _TIMED_OUT = re.compile(r"time[d ]?\s?out|deadline", re.I)
 # Stack frames of code that waits in torch.distributed even where no site saw it: DDP's
 # own collectives (``_pre_forward`` syncing buffers, ``_sync_module_states``) call c10d
 # directly, and the wavefront reports only the collectives that go through a site; an
-# asynchronous collective's ``work.wait()`` is C++ under chaoslight's marking wrapper.
+# asynchronous collective's ``work.wait()`` is C++ under chaoslight's marking wrapper
+# (``in_async_wait``).
 DISTRIBUTED_FRAMES = (
-    ASYNC_WAIT_FRAME,
     "torch/distributed/",
     "torch/nn/parallel/",
     "lightning/pytorch/strategies/",
@@ -67,7 +67,12 @@ def inside_distributed(stacks: str) -> bool:
     main = [block for block in blocks if "_world/_worker.py" in block] or blocks
     for block in main:
         frames = [line for line in block.splitlines() if line.strip().startswith("File ")]
-        if frames and any(part in frames[0] for part in DISTRIBUTED_FRAMES):
+        if not frames:
+            continue
+        named = re.search(r'File "([^"]+)"', frames[0])
+        if any(part in frames[0] for part in DISTRIBUTED_FRAMES) or (
+            named is not None and in_async_wait(named.group(1))
+        ):
             return True
     return False
 

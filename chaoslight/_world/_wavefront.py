@@ -57,7 +57,7 @@ from typing import Any
 from chaoslight._runtime._frames import current_frames, is_library
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._runtime._trace import COLLECTIVE_SITES
-from chaoslight._sites import _async_work
+from chaoslight._sites._async_work import in_async_wait
 from chaoslight._world._sched import Reading, asleep, read_threads
 
 GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see above)
@@ -128,10 +128,7 @@ def _in_distributed(filename: str) -> bool:
     """A frame of torch.distributed's own code, or chaoslight's marking wrapper around
     ``Work.wait`` (``_sites/_async_work``: torch's collectives wait through it, and an
     asynchronous collective's ``work.wait()`` has no other Python frame)."""
-    return filename.startswith(_folder("torch.distributed")) or filename == _ASYNC_WAIT
-
-
-_ASYNC_WAIT = _async_work.__file__
+    return filename.startswith(_folder("torch.distributed")) or in_async_wait(filename)
 
 
 class Tracker:
