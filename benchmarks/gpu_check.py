@@ -53,13 +53,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+# Only the benchmarks beside it: chaoslight is the installed one (a lent GPU machine runs a
+# wheel built here; the checkout's own folder would shadow it and lack chaoslight.strategies).
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
 import chaoslight  # noqa: E402
 
 DEVICE_VARIABLE = "GPU_CHECK_DEVICE"  # what the World's ranks train on (cuda or cpu)
+COMMIT_VARIABLE = "GPU_CHECK_COMMIT"  # the commit, where the copy run has no .git
 HERE = f"{Path(__file__).resolve()}"
 MiB, GiB = 2**20, 2**30
 Result = tuple[str, str]  # ("ok" | "FAILED" | "skipped" | "measured", what was seen)
@@ -300,13 +303,11 @@ def torchrun_job() -> Result:
         launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         launch += ["--nproc-per-node", "1"]
         chaos = [sys.executable, "-m", "chaoslight._cli", "run", "--schedule", str(schedule)]
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         done = subprocess.run(
             [*chaos, "--timeout", "120", "--", *launch, str(job), scratch],
             capture_output=True,
             text=True,
             timeout=180,
-            env={**os.environ, "PYTHONPATH": path},
             check=False,
         )
     fired = re.findall(r"fired\s+(\w+)@", done.stderr)
@@ -370,7 +371,7 @@ def header() -> str:
         capture_output=True,
         text=True,
         check=False,
-    ).stdout.strip()
+    ).stdout.strip() or os.environ.get(COMMIT_VARIABLE, "")
     return (
         f"{card}; torch {torch.__version__}, Lightning {lightning.__version__}, "
         f"Python {sys.version.split()[0]}, chaoslight {commit or 'unknown commit'}"
@@ -387,6 +388,10 @@ def main() -> int:
         print("gpu_check: no CUDA device here: nothing checked (--cpu runs the harness on CPU)")
         return 0
     os.environ[DEVICE_VARIABLE] = "cpu" if args.cpu else "cuda"
+    # Away from the checkout: its chaoslight/ folder, first on the path of every `python -m`
+    # the checks start (the World's fork servers, `chaoslight run`), would shadow the
+    # installed package where the checkout is not installed (a wheel on a lent GPU machine).
+    os.chdir(tempfile.gettempdir())
     warnings.filterwarnings("ignore")
     with contextlib.suppress(ImportError):  # both flavours' loggers exist once imported
         import lightning.pytorch  # noqa: F401

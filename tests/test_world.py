@@ -18,10 +18,11 @@ import chaoslight
 from chaoslight import ChaosError, Event, InvalidArgument, Outcome, World
 from chaoslight._report._outcome import overall, settle
 from chaoslight._report._text import death_line
-from chaoslight._world import ExceptionInfo, RankResult
+from chaoslight._world import ExceptionInfo, RankResult, _ranks
 from chaoslight._world._forkserver import supported as forkserver_supported
 from chaoslight._world._slot import Slot, WorkersDidNotStart, worker_environment
 from chaoslight._world._target import parse_target
+from chaoslight._world._wire import Inited, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = f"{ROOT}/examples/ddp_train.py:train"
@@ -182,6 +183,30 @@ def test_outcome_summary_lists_ranks_that_did_not_pass() -> None:
     outcome = Outcome("hung", ranks, wall_s=2.5)
     assert str(outcome) == "hung in 2.50 s: rank 1 waits in dist.barrier #3"
     assert outcome.evidence == {0: "rank 0 returned 3", 1: "rank 1 waits in dist.barrier #3"}
+
+
+class _Rank0:
+    """A worker slot that only records the commands it is sent."""
+
+    rank, dead, sent = 0, False, 0
+
+    def send(self, message: object) -> None:
+        self.sent += 1
+
+
+def test_a_world_of_one_keeps_rank_zeros_inited_read_with_its_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Rank 0 of a World of one answers its store's port and Inited back to back: read in
+    one pass, the group is made (it used to say "could not create its process group:
+    None" whenever both came together, as on a fast GPU host)."""
+    ranks = _ranks.Ranks(1, 0, sys.executable, {}, tmp_path, start_timeout=5.0)
+    slot = _Rank0()
+    ranks.slots = [slot]  # type: ignore[list-item]
+    batches = iter([[(slot, Store(1, port=4242)), (slot, Inited(1))]])
+    monkeypatch.setattr(_ranks, "pump", lambda selector, until: next(batches, []))
+    ranks._try_init(timeout=5.0)
+    assert ranks.group_ok and slot.sent == 1
 
 
 def test_world_validates_its_arguments() -> None:

@@ -172,21 +172,31 @@ class Ranks:
         gen, slots = self._gen, self.live()
         deadline = time.monotonic() + INIT_TIMEOUT_S
         slots[0].send(Init(0, self.size, gen, port=0, timeout=timeout))
-        first = self._replies(slots[:1], (Store, Inited), gen, deadline)[0]
+        # Rank 0 answers twice, the store's port then Inited: with no peer to wait for (a
+        # World of one) both can come in one read, and the second must not be lost.
+        later: dict[int, Answer] = {}
+        first = self._replies(slots[:1], (Store, Inited), gen, deadline, later)[0]
         if isinstance(first, Inited):  # rank 0 could not even host the store
             raise no_group(first.error)
         port = first.port if isinstance(first, Store) else 0
         for slot in slots[1:]:
             slot.send(Init(slot.rank, self.size, gen, port, timeout))
-        for reply in self._replies(slots, (Inited,), gen, deadline).values():
+        waiting = [slot for slot in slots if slot.rank not in later]
+        for reply in [*later.values(), *self._replies(waiting, (Inited,), gen, deadline).values()]:
             if isinstance(reply, Inited) and reply.error is not None:
                 raise no_group(reply.error)
         self.group_ok = True
 
     def _replies(
-        self, slots: list[Slot], kinds: tuple[type[Answer], ...], number: int, deadline: float
+        self,
+        slots: list[Slot],
+        kinds: tuple[type[Answer], ...],
+        number: int,
+        deadline: float,
+        later: dict[int, Answer] | None = None,
     ) -> dict[int, Answer]:
-        """Each of ``slots``' answer (one of ``kinds``) to command ``number``, by rank."""
+        """Each of ``slots``' first answer (one of ``kinds``) to command ``number``, by rank;
+        a second answer read in the same pass goes to ``later`` (dropped without it)."""
         got: dict[int, Answer] = {}
         while len(got) < len(slots):
             if time.monotonic() > deadline:
@@ -198,7 +208,10 @@ class Ranks:
                 if msg is None:
                     raise Lost(slot)
                 if isinstance(msg, kinds) and msg.answers == number:
-                    got[slot.rank] = msg
+                    if slot.rank not in got:
+                        got[slot.rank] = msg
+                    elif later is not None:
+                        later[slot.rank] = msg
         return dict(sorted(got.items()))
 
     def resolve(self, spec: Target) -> None:
