@@ -97,6 +97,21 @@ def test_an_nth_call_is_counted_while_nothing_is_looked_up(engine_calls: Counter
     assert [(e.step, e.call) for e in run.fired()] == [(2, 3)]
 
 
+def test_a_batch_fetched_ahead_is_looked_up_only_for_the_step_it_can_fire_at(
+    engine_calls: Counter[str],
+) -> None:
+    """A batch belongs to the step it is fetched for, not the step running when it is
+    fetched; a fault at step 3 of ``lightning.next_batch`` looks up that fetch alone, and
+    step 3's batch is trained again at step 4."""
+    with chaoslight.inject("repeat_batch@lightning.next_batch step=3") as run:
+        model = fit(max_steps=6)
+    assert engine_calls["lightning.next_batch"] == 1
+    assert [(e.site, e.step) for e in run.fired()] == [("lightning.next_batch", 3)]
+    sums = [batch.sum().item() for _, batch in model.batches]
+    assert sums[4] == sums[3] and len(set(sums)) == 5
+    assert run.reached[("lightning.next_batch", 0)] >= 6
+
+
 def test_an_observed_site_always_reaches_the_engine(engine_calls: Counter[str]) -> None:
     """A site a check or a watchdog observes is routed whether or not a fault is there."""
     with chaoslight.inject("oom@lightning.training_step rank=1", observe={"lightning.backward"}):
@@ -249,6 +264,11 @@ SITES = [
     "lightning.on_validation_epoch_end",
     "lightning.on_fit_start",
     "lightning.next_batch",
+    # A plain loop's sites, reached inside Lightning's loop too: their calls belong to the
+    # loop's step (``Behaviour.step_of``), matched only when a fault can fire at that step.
+    "torch.next_batch",
+    "torch.backward",
+    "torch.optimizer_step",
 ]
 triggers = {
     "rank": st.sampled_from([None, 0, 1]),

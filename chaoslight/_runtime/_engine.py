@@ -28,7 +28,7 @@ from chaoslight._runtime._context import (
     step_reading,
 )
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
-from chaoslight._runtime._live import Counts, Liveness, Tally
+from chaoslight._runtime._live import Counts, Liveness, Tally, steps_that_fire
 from chaoslight._runtime._loop_steps import LoopSteps, LoopView
 from chaoslight._runtime._memory import MemoryLedger
 from chaoslight._runtime._notes import note_never_fired
@@ -104,6 +104,10 @@ class Engine:
         self._period: tuple[int, int | None] = (self.environment_rank, None)
         self._clock: Any = None  # what the rank and step are read from (``_decide``)
         self._read: Any = None  # the clock's value at the last decision
+        # Per site, the steps a fault can still fire at on this rank (``_passes``), until
+        # a fault fires or the rank changes.
+        self._fire_steps: dict[str, frozenset[int | None]] = {}
+        self._fired_key: tuple[int, int] = (-1, 0)  # the rank and firings they hold for
         with self._lock:
             self._decide()
 
@@ -221,6 +225,9 @@ class Engine:
         self._read = self._clock()
         rank, step = current_rank(self.environment_rank), self.step()
         self._period = (rank, step)
+        if (rank, self.fired.total()) != self._fired_key:  # a fault spent, another rank
+            self._fired_key = (rank, self.fired.total())
+            self._fire_steps = {}
         if self._tracer is not None or self.ledger.holds:
             self.live = self.armed  # every armed call is traced, or may release a hold
         else:
@@ -264,11 +271,10 @@ class Engine:
         inside = local.inside
         if local.depth or site in inside:
             return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
-        if site not in self.live and behaviour.step_of is None:
+        if site not in self.live:
             if self._clock() != self._read:
                 self._decide_again()
-            if site not in self.live:
-                local.passed[site] += 1
+            if site not in self.live and self._passes(site, instance, behaviour):
                 inside.add(site)
                 try:
                     return wrapped(*args, **kwargs)
@@ -301,6 +307,27 @@ class Engine:
             self.last_activity = time.monotonic()
             if self._tracer is not None:
                 self._tracer.exit(site, rank, step, call)
+
+    def _passes(self, site: str, instance: Any, behaviour: Behaviour) -> bool:
+        """Count a call of a site that is not live, if it cannot fire: True if it passes.
+
+        A call that belongs to another step (``behaviour.step_of``: a batch fetched ahead)
+        may fire although its site is not live at this step; it passes, counted at its own
+        step, if none of the site's faults can fire at that step on this rank."""
+        if behaviour.step_of is None:
+            self._local.passed[site] += 1  # counted at the step boundary (``Tally``)
+            return True
+        rank, now = self._period  # the clock has not moved since they were read
+        step = behaviour.step_of(self.trainer, instance, now)
+        can_fire = self._fire_steps.get(site)
+        if can_fire is None:
+            can_fire = steps_that_fire(self.by_site.get(site, ()), rank, self.fired)
+            self._fire_steps[site] = can_fire
+        if step in can_fire:
+            return False
+        with self._lock:
+            self._counts.add(site, rank, step, 1)  # one call, counted as passed through
+        return True
 
     def _match(self, site: str, rank: int, step: int | None) -> Firing:
         firing = Firing(rank, step)

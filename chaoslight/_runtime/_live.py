@@ -10,9 +10,10 @@ counter and the default process group), when a fault is spent or memory held (af
 firing), when a trainer or a tracer comes; the engine decides again then, and only then.
 
 Always matched: the calls of the sites a check or the World observes (a watchdog reads
-them), of every armed site while memory is held (a hold is released by the first call at
-its due step) or a tracer is set (it sees every call), and of a site whose calls belong
-to another step than the trainer's (a batch fetched ahead: ``Behaviour.step_of``).
+them), and of every armed site while memory is held (a hold is released by the first call
+at its due step) or a tracer is set (it sees every call). A call that belongs to another
+step than the trainer's (a batch fetched ahead: ``Behaviour.step_of``) is matched when a
+fault of its site can fire at that step (``steps_that_fire``), else counted there.
 
 Decisions never change what fires: each call that is matched is matched against the whole
 schedule, and the calls that passed straight through are counted into
@@ -53,14 +54,26 @@ class Liveness:
         candidates = self.by_step.get(None, [])
         if step is not None:
             candidates = candidates + self.by_step.get(step, [])
-        for index, fault in candidates:
-            if fault.times is not None and fired.get(index, 0) >= fault.times:
-                continue  # spent
-            other_rank = fault.rank is not None and fault.rank != rank
-            if other_rank and not isinstance(fault, ReorderReduction):  # summed on every rank
-                continue
-            live.add(fault.site)
+        live.update(
+            fault.site for index, fault in candidates if can_fire(index, fault, rank, fired)
+        )
         return frozenset(live)
+
+
+def can_fire(index: int, fault: Fault, rank: int, fired: Mapping[int, int]) -> bool:
+    """Whether schedule fault ``index`` can still fire on ``rank``: not spent, and for this
+    rank or every rank (a reordered reduction is summed on every rank)."""
+    if fault.times is not None and fired.get(index, 0) >= fault.times:
+        return False
+    return fault.rank is None or fault.rank == rank or isinstance(fault, ReorderReduction)
+
+
+def steps_that_fire(
+    faults: Iterable[Indexed], rank: int, fired: Mapping[int, int]
+) -> frozenset[int | None]:
+    """The steps at which one of a site's ``faults`` can still fire on ``rank`` (None: at
+    any step): a call of that site at another step cannot fire, whatever its call number."""
+    return frozenset(fault.step for index, fault in faults if can_fire(index, fault, rank, fired))
 
 
 class Counts:
@@ -78,17 +91,24 @@ class Counts:
 
     def add(self, site: str, rank: int, step: int | None, calls: int = 1) -> int:
         """Count ``calls`` calls of ``site``; the call number of the last."""
-        self.calls[site] += calls
-        if site in self.in_step:
-            self.calls_in_step[(site, step)] += calls
-        self.reached[(site, rank)] += calls
-        at = (site, step)
-        if at not in self._seen:
-            seen = self.steps_seen.setdefault(site, [])
-            if len(seen) < MAX_STEPS_SEEN:
-                self._seen.add(at)
-                seen.append(step)
+        self.add_all(((site, calls),), rank, step)
         return self.calls[site]
+
+    def add_all(self, calls: Iterable[tuple[str, int]], rank: int, step: int | None) -> None:
+        """Count each ``(site, calls)``, all at ``rank`` and ``step``: one pass, since the
+        engine folds every site that passed through at each step boundary."""
+        totals, reached, in_step, seen_at = self.calls, self.reached, self.in_step, self._seen
+        for site, count in calls:
+            totals[site] += count
+            if site in in_step:
+                self.calls_in_step[(site, step)] += count
+            reached[(site, rank)] += count
+            at = (site, step)
+            if at not in seen_at:
+                seen = self.steps_seen.setdefault(site, [])
+                if len(seen) < MAX_STEPS_SEEN:
+                    seen_at.add(at)
+                    seen.append(step)
 
 
 class Tally:
@@ -115,11 +135,20 @@ class Tally:
         """Count what passed through since the last fold as calls at ``rank`` and ``step``."""
         me = threading.get_ident()
         for ident, passed, counted in list(self._threads):
+            if not passed:
+                continue
+            if ident == me:  # only this thread adds to it: count it all, start it again
+                items = list(passed.items())
+                passed.clear()
+                if counted:  # another thread's fold counted some of it
+                    items = [(s, n - counted[s]) for s, n in items if n != counted[s]]
+                    counted.clear()
+                counts.add_all(items, rank, step)
+                continue
+            news = []
             for site, calls in list(passed.items()):
                 new = calls - counted[site]
                 if new:
                     counted[site] = calls
-                    counts.add(site, rank, step, new)
-            if ident == me:  # only this thread adds to it: start it again, small
-                passed.clear()
-                counted.clear()
+                    news.append((site, new))
+            counts.add_all(news, rank, step)
