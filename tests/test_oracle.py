@@ -218,6 +218,38 @@ def test_a_stack_blocked_in_an_async_collectives_wait_is_inside_torch_distribute
     assert not inside_distributed(stack("/w/program.py"))
 
 
+def test_a_stack_blocked_in_a_functional_collectives_wait_is_inside_torch_distributed() -> None:
+    """FSDP2's full state dict gathers through DTensor's functional collectives: a rank whose
+    peer stopped waits in the op ``wait_tensor``, its innermost frames torch's operator
+    dispatch (as torch 2.13 printed them, found by a search on a correct FSDP loop). The
+    dispatch frames are the op's; the wait is torch.distributed's, bounded by its timeout.
+    An op the program itself calls is no such wait."""
+    from chaoslight._verdict._known_frames import collective_caller
+    from chaoslight._verdict._stalls import inside_distributed
+
+    dispatch = [
+        ("/v/torch/_ops.py", "redispatch"),
+        ("/v/torch/_library/autograd.py", "forward_no_grad"),
+        ("/v/torch/_library/autograd.py", "autograd_impl"),
+        ("/v/torch/_ops.py", "__call__"),
+    ]
+    gather = [
+        ("/v/torch/distributed/_functional_collectives.py", "wait_tensor"),
+        ("/v/torch/distributed/tensor/_redistribute.py", "redistribute_local_tensor"),
+        ("/v/torch/distributed/checkpoint/state_dict.py", "get_model_state_dict"),
+    ]
+    program = [("/w/plain_fsdp_rank0_save.py", "_train")]
+
+    def stack(frames: list[tuple[str, str]]) -> str:
+        lines = [f'  File "{path}", line 1 in {name}' for path, name in frames]
+        return "Thread 0x1 (most recent call first):\n" + "\n".join(lines) + "\n"
+
+    assert inside_distributed(stack([*dispatch, *gather, *program]))
+    assert not inside_distributed(stack([*dispatch, *program]))
+    assert collective_caller([*dispatch, *gather, *program]) == program[0]
+    assert collective_caller([*dispatch, *program]) is None
+
+
 def test_the_deliberate_mark_crosses_the_rank_boundary() -> None:
     """A marked exception's ExceptionInfo says deliberate, and keeps it through the JSON a
     rank sends its parent; an unmarked one does not."""

@@ -63,6 +63,25 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
     return frame
 
 
+# torch's operator dispatch: the frames between a Python caller of an op and its kernel
+# (``OpOverload.__call__``/``redispatch``, a custom op's autograd glue). A functional
+# collective (DTensor's redistribution, FSDP2's state-dict gathering) waits in the op
+# ``wait_tensor``: its innermost frames are these, the torch.distributed caller just out.
+_OP_DISPATCH = (f"{os.sep}torch{os.sep}_ops.py", f"{os.sep}torch{os.sep}_library{os.sep}")
+
+
+def in_op_dispatch(filename: str) -> bool:
+    """Whether a frame's file is torch's operator dispatch (``_OP_DISPATCH``)."""
+    return any(part in filename for part in _OP_DISPATCH)
+
+
+def past_op_dispatch(frame: FrameType | None) -> FrameType | None:
+    """The innermost frame outside torch's operator dispatch: the op's caller."""
+    while frame is not None and in_op_dispatch(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def is_program(filename: str) -> bool:
     """True for the program's own files: neither a library (``is_library``) nor anything
     installed (site-packages: tqdm's monitor, a logger's writer thread)."""

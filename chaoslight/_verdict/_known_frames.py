@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+from itertools import dropwhile
 from pathlib import Path
 
 from chaoslight._report import CRASHED, FAILED, HUNG, RELEASED, Outcome, RankResult
+from chaoslight._runtime._frames import in_op_dispatch
 from chaoslight._sites._async_work import in_async_wait
 from chaoslight._verdict._hangs import SIZE_MISMATCH
 
@@ -68,6 +70,7 @@ def collective_caller(frames: list[FrameName]) -> FrameName | None:
     """The frame that issued the collective these frames wait in (None: not in one)."""
     # torch's collectives wait in ``Work.wait`` under chaoslight's marking wrapper: its
     # frame is innermost in a rank blocked in any collective (``_sites/_async_work``).
+    frames = list(dropwhile(lambda frame: in_op_dispatch(frame[0]), frames))  # an op's wait
     if not frames or not (_DISTRIBUTED in frames[0][0] or in_async_wait(frames[0][0])):
         return None
     return next(

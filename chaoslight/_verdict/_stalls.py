@@ -25,6 +25,7 @@ from typing import Any
 
 from chaoslight._report import FAILED, HUNG, Outcome, RankResult
 from chaoslight._runtime import budget_of
+from chaoslight._runtime._frames import in_op_dispatch
 from chaoslight._schedule import Fault, Severity
 from chaoslight._sites._async_work import in_async_wait
 from chaoslight._world._wavefront import waits_boundedly
@@ -66,12 +67,15 @@ def inside_distributed(stacks: str) -> bool:
     blocks = [block for block in stacks.replace("\\", "/").split("\n\n") if "File " in block]
     main = [block for block in blocks if "_world/_worker.py" in block] or blocks
     for block in main:
-        frames = [line for line in block.splitlines() if line.strip().startswith("File ")]
-        if not frames:
-            continue
-        named = re.search(r'File "([^"]+)"', frames[0])
-        if any(part in frames[0] for part in DISTRIBUTED_FRAMES) or (
-            named is not None and in_async_wait(named.group(1))
+        files = [
+            named.group(1)
+            for line in block.splitlines()
+            if (named := re.match(r'\s*File "([^"]+)"', line)) is not None
+        ]
+        # Innermost first; an op's dispatch frames (a functional collective's wait) skipped.
+        innermost = next((f for f in files if not in_op_dispatch(f)), None)
+        if innermost is not None and (
+            any(part in innermost for part in DISTRIBUTED_FRAMES) or in_async_wait(innermost)
         ):
             return True
     return False

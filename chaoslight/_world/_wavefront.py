@@ -54,7 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from chaoslight._runtime._frames import current_frames, is_library
+from chaoslight._runtime._frames import current_frames, is_library, past_op_dispatch
 from chaoslight._runtime._stacks import active_engine
 from chaoslight._runtime._trace import COLLECTIVE_SITES
 from chaoslight._sites._async_work import in_async_wait
@@ -202,7 +202,8 @@ class Tracker:
         if engine is None or frame is None:
             return None
         stack = engine.in_progress_of(self.main)
-        if not stack:
+        frame = past_op_dispatch(frame)
+        if not stack or frame is None:
             return None
         site, call, step = stack[-1]
         where = frame.f_code.co_filename
@@ -226,7 +227,8 @@ class Tracker:
         store's) timeout bounds. For a hang report; never raises."""
         try:
             frame = current_frames().get(self.main)
-            inside = frame is not None and _in_distributed(frame.f_code.co_filename)
+            caller = past_op_dispatch(frame)
+            inside = caller is not None and _in_distributed(caller.f_code.co_filename)
             return inside or self._waiting_in(frame) is not None
         except Exception:
             return False
