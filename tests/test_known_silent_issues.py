@@ -558,3 +558,109 @@ def test_the_rebuilt_loaders_issue_claims_no_other_order_finding() -> None:
     by_key = {claim.issue.key: claim.claimed.violations for claim in claims}
     assert by_key[REBUILT] == (rebuilt,)
     assert by_key[SHUFFLED] == (shuffled,)
+
+
+# -- a resume from an epoch-end checkpoint that counts one epoch fewer (PR #20379) ---------
+
+EPOCH_COUNT_ISSUE = "lightning-epoch-end-resume-count"
+EPOCH_END_RESUME: dict[str, Any] = {
+    "resumed": True,
+    "processed": 4,
+    "completed": 4,
+    "epoch_processed": 1,
+    "epoch_completed": 0,
+}
+
+
+def one_epoch_short(rank: int = 0) -> Violation:
+    """What restart-equivalence said of Lightning 2.4.0 resuming from an epoch-end
+    checkpoint (examples/known_issues/resume_repeats_batch.py:train_fixed), where the
+    weights and the global step were the uninterrupted run's."""
+    return Violation(
+        "restart-equivalence",
+        "fit loop state 'epoch_progress.total.completed' at the end: 2 after the resume, "
+        "3 uninterrupted",
+        rank=rank,
+        step=12,
+        aspect="epoch-count",
+    )
+
+
+def optimizer_lost() -> Violation:
+    return Violation(
+        "restart-equivalence",
+        "optimizer 0 step count at the end: 8 after the resume, 12 uninterrupted",
+        rank=0,
+        step=12,
+        aspect="optimizer",
+    )
+
+
+@pytest.mark.parametrize("version", ["2.0.0", "2.4.0"])
+def test_an_epoch_end_resume_one_epoch_short_is_lightnings(version: str) -> None:
+    outcome = run([facts(version, **EPOCH_END_RESUME)] * 2, [one_epoch_short()], first_step=4)
+    verdict = judge(outcome)
+    assert verdict.known is not None and verdict.known.issue.key == EPOCH_COUNT_ISSUE
+    assert not verdict.findings, verdict.accounts  # nothing left that is the program's
+    assert "20379" in verdict.known.issue.reference
+
+
+@pytest.mark.parametrize(
+    ("shape", "version"),
+    [
+        pytest.param(EPOCH_END_RESUME, "2.5.0", id="fixed-release"),
+        pytest.param(
+            {**EPOCH_END_RESUME, "epoch_processed": 1, "epoch_completed": 1},
+            "2.4.0",
+            id="epoch-counted-at-the-resume",
+        ),
+        pytest.param({}, "2.4.0", id="not-resumed"),
+    ],
+)
+def test_an_epoch_count_apart_in_another_shape_stays_the_programs(
+    shape: dict[str, Any], version: str
+) -> None:
+    outcome = run([facts(version, **shape)] * 2, [one_epoch_short()], first_step=4)
+    verdict = judge(outcome)
+    assert verdict.failed and verdict.known is None, verdict.accounts
+
+
+def test_the_epoch_count_issue_claims_no_optimizer_state_beside_it() -> None:
+    """On the buggy release in its shape, an optimizer that lost its steps is still the
+    program's: the issue claims the epoch count alone."""
+    outcome = run(
+        [facts("2.4.0", **EPOCH_END_RESUME)] * 2, [one_epoch_short(), optimizer_lost()], 4
+    )
+    verdict = judge(outcome)
+    assert verdict.failed, verdict.accounts
+    assert [a.symptom.violation.aspect for a in verdict.findings] == ["optimizer"]
+    assert one_epoch_short() in _claimed(verdict)
+
+
+def test_restart_equivalence_names_an_epoch_count_alone_apart_and_compares_on() -> None:
+    """The check's side: a fit loop whose count of completed epochs alone differs is an
+    ``epoch-count`` finding, and the optimizers are still compared after it; any other
+    count of the loop apart is ``loop-state`` and ends the comparison (its consequences
+    would follow)."""
+    from chaoslight._checks._restart import _end
+    from chaoslight._checks._restart_compare import Comparison, FitSeen
+
+    def fit(epochs: int, optimizer_steps: int, loop_steps: int = 12) -> FitSeen:
+        seen = FitSeen()
+        seen.start[0] = {"g": 4, "n": 4, "acc": 1, "resumable": True}
+        loop = {
+            "epoch_progress.total.completed": epochs,
+            "epoch_loop.manual_optimization.optim_step_progress.total.completed": loop_steps,
+        }
+        opt = [{"keys": ["momentum_buffer"], "steps": {"0": optimizer_steps}}]
+        seen.end[0] = {"g": 12, "e": 3, "stop": False, "loop": loop, "opt": opt, "cb": {}}
+        return seen
+
+    def aspects(resumed: FitSeen, uninterrupted: FitSeen) -> list[str]:
+        result = Comparison("restart-equivalence")
+        _end(result, uninterrupted, resumed, same=True, index=0)
+        return [v.aspect for v in result.violations()]
+
+    assert aspects(fit(2, 12), fit(3, 12)) == ["epoch-count"]
+    assert aspects(fit(2, 8), fit(3, 12)) == ["epoch-count", "optimizer"]
+    assert aspects(fit(2, 8, loop_steps=8), fit(3, 12)) == ["loop-state"]

@@ -151,10 +151,17 @@ def _end(result: Comparison, origin: FitSeen, fit: FitSeen, same: bool, index: i
         found = _leaves(_totals(mine["loop"]), _totals(theirs["loop"]), exact=True)
         for path, a, b in found[:1]:
             message = differs(f"fit loop state {path!r} at the end", a, b)
-            if not fit.mid_epoch():
+            if fit.mid_epoch():
+                result.warn(message, LIGHTNING_MID_EPOCH, rank)
+            elif all(leaf.startswith(EPOCH_COUNT) for leaf, _, _ in found):
+                # Lightning's own count of completed epochs, alone apart while the step,
+                # the epoch and every optimizer step agree: a miscount of Lightning's (up
+                # to 2.4.x a resume from an epoch-end checkpoint counts one fewer), which
+                # explains nothing else: the rest is compared still.
+                result.fail(step, message, rank, aspect="epoch-count")
+            else:
                 result.fail(step, message, rank, aspect="loop-state")
                 return
-            result.warn(message, LIGHTNING_MID_EPOCH, rank)
         if _optimizers(result, mine["opt"], theirs["opt"], rank, step, same):
             return
         if _callbacks(result, mine["cb"], theirs["cb"], (rank, step), same, fit.mid_epoch()):
@@ -164,6 +171,7 @@ def _end(result: Comparison, origin: FitSeen, fit: FitSeen, same: bool, index: i
 
 
 Leaf = tuple[str, Any, Any]  # a state's path, its value after the resume, uninterrupted
+EPOCH_COUNT = "epoch_progress."  # the fit loop's count of epochs, in its state's paths
 
 
 def _totals(loop: dict[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from chaoslight._verdict._known_silent import (
     batch_sampler_rebuilt,
     custom_sampler_shuffled,
     epoch_end_resume_by_steps,
+    epoch_end_resume_count,
     evaluation_shuffle_lost,
     package_in_facts,
     repeated_batch_after_resume,
@@ -274,6 +275,32 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "exactly (examples/known_issues/resume_repeats_batch.py:train_fixed)"
         ),
         claims=repeated_batch_after_resume,
+    ),
+    KnownIssue(
+        key="lightning-epoch-end-resume-count",
+        package="pytorch-lightning",
+        versions=("2.0.0", "2.4.99"),
+        title=(
+            "a fit resumed from an epoch-end checkpoint never counts that epoch completed: "
+            "fit_loop.epoch_progress ends one epoch short, the training is the same"
+        ),
+        signature=(
+            "every rank of the resumed run passed and resumed from a checkpoint whose epoch "
+            "progress has one epoch processed and not completed (written in "
+            "on_train_epoch_end, as ModelCheckpoint's default; the framework-facts "
+            "observations); restart-equivalence's only finding about the fit loop is its "
+            "count of completed epochs, with the step, the epoch and the optimizer steps equal"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/pull/20379 (restart counters "
+            "made consistent with uninterrupted training, released in 2.5.0)"
+        ),
+        workaround=(
+            "upgrade to Lightning 2.5.0 or later; until then read trainer.current_epoch and "
+            "trainer.global_step, not fit_loop.epoch_progress's totals, after a resume "
+            "(examples/known_issues/resume_repeats_batch.py:train_fixed on 2.4.x)"
+        ),
+        claims=epoch_end_resume_count,
     ),
     KnownIssue(
         key="lightning-iteration-resume-epoch-end",

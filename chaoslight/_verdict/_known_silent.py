@@ -68,7 +68,7 @@ def static_graph_first_step(outcome: Outcome, taken: list[Delivery]) -> Claimed:
 
 # How far a resumed fit counted (restart-equivalence's aspects): a resume that lands a
 # batch off ends a step past, or counts its epochs off, whatever else the program does.
-_COUNTS = ("end", "loop-state")
+_COUNTS = ("end", "loop-state", "epoch-count")
 
 
 def repeated_batch_after_resume(outcome: Outcome, taken: list[Delivery]) -> Claimed:
@@ -86,6 +86,28 @@ def repeated_batch_after_resume(outcome: Outcome, taken: list[Delivery]) -> Clai
     if not all(f["resumed"] and f["processed"] == f["completed"] + 1 for f in facts.values()):
         return NOTHING
     return Claimed(violations=_resume_position(outcome))
+
+
+def epoch_end_resume_count(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning PR #20379: every rank of this run resumed from a checkpoint written at an
+    epoch's end (its epoch progress has one epoch processed and not completed: Lightning's
+    ``ModelCheckpoint`` saves in ``on_train_epoch_end``) and passed: up to 2.4 the resumed
+    fit never counts that epoch completed, and ``fit_loop.epoch_progress`` ends one epoch
+    short of the uninterrupted fit's while the training is the same. It claims
+    ``restart-equivalence``'s violations of that count alone (``epoch-count``: raised only
+    where the step, the epoch and every optimizer step agree); the rest stays the
+    program's."""
+    facts = _facts_on_every_rank(outcome)
+    if facts is None or not all(
+        f["resumed"] and f.get("epoch_processed", 0) == f.get("epoch_completed", 0) + 1
+        for f in facts.values()
+    ):
+        return NOTHING
+    return Claimed(
+        violations=tuple(
+            v for v in _failing(outcome) if v.check == RESTART and v.aspect == "epoch-count"
+        )
+    )
 
 
 def epoch_end_resume_by_steps(outcome: Outcome, taken: list[Delivery]) -> Claimed:

@@ -16,7 +16,11 @@ Lightning 2.0-2.4.0 reports it apart as Lightning's known issue::
     crash@lightning.training_step rank=0 step=6
 
 ``train_fixed`` follows the workaround: it checkpoints at epoch ends only (Lightning's
-default ``ModelCheckpoint``), which resumes exactly on every release.
+default ``ModelCheckpoint``), which resumes the training exactly on every release. Up to
+2.4.x the same pull request's other half shows there: a fit resumed from an epoch-end
+checkpoint never counts that epoch completed, and ``fit_loop.epoch_progress`` ends one
+epoch short (the weights and ``global_step`` are the uninterrupted run's); reported apart
+as its own known issue, ``lightning-epoch-end-resume-count``.
 """
 
 from __future__ import annotations
