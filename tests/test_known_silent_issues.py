@@ -417,6 +417,9 @@ def test_framework_facts_record_an_epoch_end_resume_as_lightning_counts_it(
     fit(4, str(tmp_path / "last.ckpt"))
     epochs = (1, 0) if by_steps else (1, 1)
     assert (seen[1]["epoch_processed"], seen[1]["epoch_completed"]) == epochs
+    # Since 2.5.0 the totals follow the current count (up to 2.4, by epochs: 1 and 0).
+    totals = (seen[1]["epoch_total_processed"], seen[1]["epoch_total_completed"])
+    assert totals == epochs
     assert (seen[1]["max_steps"] != -1) == by_steps and seen[0]["max_steps"] == (
         2 if by_steps else -1
     )
@@ -563,12 +566,16 @@ def test_the_rebuilt_loaders_issue_claims_no_other_order_finding() -> None:
 # -- a resume from an epoch-end checkpoint that counts one epoch fewer (PR #20379) ---------
 
 EPOCH_COUNT_ISSUE = "lightning-epoch-end-resume-count"
+# What framework-facts recorded at the resumed fit's start on 2.4.0 (2.5.0 and later:
+# the totals 1 and 1).
 EPOCH_END_RESUME: dict[str, Any] = {
     "resumed": True,
     "processed": 4,
     "completed": 4,
     "epoch_processed": 1,
-    "epoch_completed": 0,
+    "epoch_completed": 1,
+    "epoch_total_processed": 1,
+    "epoch_total_completed": 0,
 }
 
 
@@ -610,9 +617,7 @@ def test_an_epoch_end_resume_one_epoch_short_is_lightnings(version: str) -> None
     [
         pytest.param(EPOCH_END_RESUME, "2.5.0", id="fixed-release"),
         pytest.param(
-            {**EPOCH_END_RESUME, "epoch_processed": 1, "epoch_completed": 1},
-            "2.4.0",
-            id="epoch-counted-at-the-resume",
+            {**EPOCH_END_RESUME, "epoch_total_completed": 1}, "2.4.0", id="counted-at-the-resume"
         ),
         pytest.param({}, "2.4.0", id="not-resumed"),
     ],
@@ -664,3 +669,23 @@ def test_restart_equivalence_names_an_epoch_count_alone_apart_and_compares_on() 
     assert aspects(fit(2, 12), fit(3, 12)) == ["epoch-count"]
     assert aspects(fit(2, 8), fit(3, 12)) == ["epoch-count", "optimizer"]
     assert aspects(fit(2, 8, loop_steps=8), fit(3, 12)) == ["loop-state"]
+
+
+def test_restart_equivalence_counts_optimizer_steps_not_zero_grad_calls() -> None:
+    """A checkpoint written while a step was in flight (``OnExceptionCheckpoint``'s, which
+    Lightning resumes from by itself) has that step's ``zero_grad`` counted and not its
+    optimizer step: the resumed fit ends one ``zero_grad`` ahead having trained the same
+    (seen on on_exception_checkpoint.py under a freeze and a restart). Its optimizer steps
+    are what the check compares."""
+    from chaoslight._checks._restart import _totals
+
+    prefix = "epoch_loop.automatic_optimization.optim_progress.optimizer"
+    loop = {
+        f"{prefix}.zero_grad.total.completed": 9,
+        f"{prefix}.step.total.completed": 8,
+        "epoch_progress.total.completed": 2,
+    }
+    assert _totals(loop) == {
+        f"{prefix}.step.total.completed": 8,
+        "epoch_progress.total.completed": 2,
+    }

@@ -72,6 +72,7 @@ def _seconds(value: Any) -> float | None:
 def epoch_facts(trainer: Any) -> dict[str, Any]:
     """How the fit counts: by steps or epochs, and the epoch progress it starts from."""
     epochs = trainer.fit_loop.epoch_progress.current
+    totals = trainer.fit_loop.epoch_progress.total
     return {
         # -1: the fit ends by epochs; else Lightning treats it as iteration-based.
         "max_steps": int(trainer.max_steps),
@@ -82,6 +83,11 @@ def epoch_facts(trainer: Any) -> dict[str, Any]:
         # count as finished.
         "epoch_processed": int(epochs.processed),
         "epoch_completed": int(epochs.completed),
+        # The running totals of the same: Lightning up to 2.4 made the current count
+        # equal on a resume and left the total one behind (an epoch never counted
+        # completed: fit_loop.epoch_progress ends one short).
+        "epoch_total_processed": int(totals.processed),
+        "epoch_total_completed": int(totals.completed),
     }
 
 

@@ -183,7 +183,11 @@ def _totals(loop: dict[str, Any]) -> dict[str, Any]:
     loggers' step, which Lightning advances by one on some resumes), not the batch
     counters (a checkpoint written at a batch's end holds ``completed`` one behind
     ``processed``, Lightning#18060, and a fit resumed from it ends one behind having
-    trained the same batches: which batches it trained is compared step by step)."""
+    trained the same batches: which batches it trained is compared step by step), not the
+    ``zero_grad`` calls (a checkpoint written while a step was in flight, as
+    ``OnExceptionCheckpoint``'s is and Lightning resumes from by itself, has that step's
+    ``zero_grad`` counted and not its optimizer step: the resumed fit counts one more
+    ``zero_grad`` having trained the same; the optimizer steps are compared)."""
     return {
         path: value
         for path, value in loop.items()
@@ -191,6 +195,7 @@ def _totals(loop: dict[str, Any]) -> dict[str, Any]:
         and "val_loop" not in path
         and "scheduler_progress" not in path
         and "batch_progress" not in path
+        and ".zero_grad." not in path
     }
 
 

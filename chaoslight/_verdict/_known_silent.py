@@ -90,16 +90,17 @@ def repeated_batch_after_resume(outcome: Outcome, taken: list[Delivery]) -> Clai
 
 def epoch_end_resume_count(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """Lightning PR #20379: every rank of this run resumed from a checkpoint written at an
-    epoch's end (its epoch progress has one epoch processed and not completed: Lightning's
-    ``ModelCheckpoint`` saves in ``on_train_epoch_end``) and passed: up to 2.4 the resumed
-    fit never counts that epoch completed, and ``fit_loop.epoch_progress`` ends one epoch
-    short of the uninterrupted fit's while the training is the same. It claims
+    epoch's end (Lightning's ``ModelCheckpoint`` saves in ``on_train_epoch_end``, the epoch
+    processed and not yet completed) and passed, and its fit began with Lightning's total
+    of completed epochs one behind its total processed: up to 2.4 the resume counts that
+    epoch finished in the current count only, and ``fit_loop.epoch_progress`` ends one
+    epoch short of the uninterrupted fit's while the training is the same. It claims
     ``restart-equivalence``'s violations of that count alone (``epoch-count``: raised only
     where the step, the epoch and every optimizer step agree); the rest stays the
     program's."""
     facts = _facts_on_every_rank(outcome)
     if facts is None or not all(
-        f["resumed"] and f.get("epoch_processed", 0) == f.get("epoch_completed", 0) + 1
+        f["resumed"] and f.get("epoch_total_processed", 0) == f.get("epoch_total_completed", 0) + 1
         for f in facts.values()
     ):
         return NOTHING
