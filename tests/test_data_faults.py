@@ -314,3 +314,23 @@ def test_a_repeat_keeps_the_loops_own_batch_index() -> None:
 
     assert _in_place_of(("old", 2, 0), ("new", 3, 0)) == ("old", 3, 0)
     assert _in_place_of(["old"], ["new"]) == ["old"]
+
+
+def test_a_damaged_checkpoint_surfaces_through_whatever_reader_torch_load_uses() -> None:
+    """Lightning 2.5 hands torch.load an fsspec file object: a short file fails its seek
+    with ``OSError: [Errno 22]`` instead of PytorchStreamReader's message (found by the
+    budget campaign on pytorch-lightning 2.5.1, where the rank was said to have swallowed
+    the fault). An error raised inside torch's load is the damaged file's; the same error
+    raised elsewhere is not."""
+    fault = BadCheckpoint(site="lightning.load_checkpoint")
+    inside = (
+        "Traceback (most recent call last):\n"
+        '  File "/w/train.py", line 109, in train\n'
+        '  File "/v/torch/serialization.py", line 1568, in load\n'
+        '  File "/v/torch/serialization.py", line 807, in __init__\n'
+        '  File "/v/fsspec/implementations/local.py", line 486, in seek\n'
+        "OSError: [Errno 22] Invalid argument"
+    )
+    assert fault.surfaced_in(inside)
+    elsewhere = inside.replace("serialization.py", "disk_cache.py")
+    assert not fault.surfaced_in(elsewhere)

@@ -9,6 +9,7 @@ with every other kind) to hold that module within its size budget; each is one k
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -34,6 +35,10 @@ LOAD_ERROR_MARKS = (
     "No such file or directory",
     "Checkpoint file not found",
 )
+# A frame of torch's own load in a traceback: whatever the reader under it raised for the
+# damaged file (Lightning 2.5's fsspec file object fails a short file's seek with
+# ``OSError: [Errno 22] Invalid argument`` where a plain file gives PytorchStreamReader's).
+LOAD_FRAME = re.compile(r'serialization\.py", line \d+, in _?load\b')
 
 
 @fault_kind
@@ -146,4 +151,5 @@ class BadCheckpoint(Fault):
         return self.effect == "missing"  # a damaged copy is read; a missing file is not
 
     def surfaced_in(self, error_text: str) -> bool:
-        return any(mark in error_text for mark in LOAD_ERROR_MARKS)
+        marked = any(mark in error_text for mark in LOAD_ERROR_MARKS)
+        return marked or LOAD_FRAME.search(error_text) is not None
