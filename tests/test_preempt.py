@@ -189,6 +189,19 @@ def test_a_rank_stopping_alone_on_251_is_the_older_known_issue() -> None:
     assert "20806" in issue.reference
 
 
+def test_on_251_a_signalled_peer_left_in_a_collective_at_the_same_step_is_the_issue() -> None:
+    """Both ranks signalled by a group SIGTERM; the signal landed after rank 0's check of
+    its batch's end and before rank 1's: rank 1 raised SIGTERMException, rank 0 went on into
+    the next batch and was released by gloo, both last seen at the same training step
+    (found by the budget campaign on 2.5.1's upstream bug_report_model). Up to 2.5.1 nothing
+    makes the ranks agree on a stop: Lightning's issue #20806, not the program's."""
+    events = [*delivered(0, LIGHTNING_251), *delivered(1, LIGHTNING_251)]
+    events += [stopped(0, 6), stopped(1, 6)]
+    verdict = judge(run([gloo_error(0), sigterm(1)], events))
+    assert verdict.known is not None and verdict.known.issue.key == "lightning-sigterm-alone"
+    assert not verdict.findings, verdict.accounts
+
+
 def test_a_rank_stopping_alone_on_266_is_the_broadcast_issue() -> None:
     """On 2.6.6 a SIGTERM to rank 1 alone is missed by the per-batch broadcast (rank 0's flag
     only): rank 1 raises SIGTERMException at its batch's end, rank 0 is released later by

@@ -137,10 +137,14 @@ def stopped_by_lightning(exc: ExceptionInfo | None) -> bool:
     )
 
 
-def stopped_alone(outcome: Outcome, taken: list[Delivery]) -> bool:
+def stopped_alone(outcome: Outcome, taken: list[Delivery], agreed: bool = True) -> bool:
     """Nothing but preemptions struck; a signalled rank raised Lightning's own
     SIGTERMException (from its loops) while a peer, not stopped with it (not signalled, or
-    stopped at another step), was released by a transport error or hung."""
+    stopped at another step), was released by a transport error or hung. With ``agreed``
+    False (a release in which nothing makes the ranks agree on a stop), a signalled peer
+    left in a collective did not stop with it whatever step it is said to have reached:
+    each rank reads its own flag at its own batch end, and the SIGTERM landed between
+    the two reads (after the peer's, before the stopped rank's)."""
     if not taken:
         return False
     signalled = {d.rank for d in taken}
@@ -150,7 +154,8 @@ def stopped_alone(outcome: Outcome, taken: list[Delivery]) -> bool:
         if r.rank in signalled and r.status == FAILED and stopped_by_lightning(r.exception)
     }
     left = [r for r in outcome.ranks if r.rank not in alone and r.status in (RELEASED, HUNG)]
-    return bool(alone) and any(r.rank not in signalled or _stopped_apart(outcome) for r in left)
+    apart = not agreed or _stopped_apart(outcome)
+    return bool(alone) and any(r.rank not in signalled or apart for r in left)
 
 
 def mismatch_after_handler(outcome: Outcome, taken: list[Delivery]) -> bool:
@@ -186,9 +191,11 @@ def broadcast_or_alone(outcome: Outcome, taken: list[Delivery]) -> Claimed:
 
 
 def stopped_alone_claims(outcome: Outcome, taken: list[Delivery]) -> Claimed:
-    """Up to 2.5.1: a signalled rank stopped alone (``stopped_alone``); its peers' ends in
-    a collective are the issue's (the stopped rank itself ended by the notice)."""
-    return Claimed(collective_ends(outcome)) if stopped_alone(outcome, taken) else NOTHING
+    """Up to 2.5.1: a signalled rank stopped alone (``stopped_alone``; nothing in these
+    releases makes the ranks agree on the step they stop at); its peers' ends in a
+    collective are the issue's (the stopped rank itself ended by the notice)."""
+    alone = stopped_alone(outcome, taken, agreed=False)
+    return Claimed(collective_ends(outcome)) if alone else NOTHING
 
 
 def exit_zero_on_sigterm(outcome: Outcome, taken: list[Delivery]) -> Claimed:
