@@ -29,7 +29,7 @@ import chaoslight
 from chaoslight import Allocate, Delay, DropBatch, MemoryBudget, Raise, RepeatBatch, Schedule
 from chaoslight._runtime._engine import Engine
 from chaoslight._runtime._inject import active
-from chaoslight._runtime._live import Counts
+from chaoslight._runtime._live import MAX_STEPS_SEEN, SETTLE_AFTER, Counts
 from chaoslight._schedule._catalog import SITES as CATALOGUE
 
 pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
@@ -38,14 +38,13 @@ pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
 @pytest.fixture
 def engine_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Per site, the calls the engine matched against the schedule: it counts each of them
-    alone, and the calls that passed through in bulk (``calls=``)."""
+    alone (``Counts.add``), and defers the calls that passed through (``defer``)."""
     seen: Counter[str] = Counter()
     add = Counts.add
 
-    def counted(self: Counts, site: str, rank: int, step: int | None, *calls: int) -> int:
-        if not calls:
-            seen[site] += 1
-        return add(self, site, rank, step, *calls)
+    def counted(self: Counts, site: str, rank: int, step: int | None) -> int:
+        seen[site] += 1
+        return add(self, site, rank, step)
 
     monkeypatch.setattr(Counts, "add", counted)
     return seen
@@ -321,3 +320,88 @@ def test_a_nested_site_counts_once_whether_or_not_it_can_fire(text: str) -> None
     in the engine, while the site passes through at the steps before its fault."""
     schedule = Schedule.parse(text)
     assert record(schedule, False, nested=True) == record(schedule, True, nested=True)
+
+
+def _eager(ops: list[tuple[Any, ...]], in_step: frozenset[str]) -> tuple[Any, ...]:
+    """The counts as they were kept before deferral: every call counted when it came."""
+    calls: Counter[str] = Counter()
+    in_steps: Counter[tuple[str, int | None]] = Counter()
+    reached: Counter[tuple[str, int]] = Counter()
+    seen: dict[str, list[int | None]] = {}
+    numbers = []
+    for op, sites, rank, step in ops:
+        for site, n in sites:
+            calls[site] += n
+            reached[(site, rank)] += n
+            if site in in_step:
+                in_steps[(site, step)] += n
+            steps = seen.setdefault(site, [])
+            if step not in steps and len(steps) < MAX_STEPS_SEEN:
+                steps.append(step)
+        if op == "add":
+            numbers.append(calls[sites[0][0]])
+    return calls, +in_steps, reached, seen, numbers
+
+
+BULK, ONE_BY_ONE = ("a", "b", "c"), ("x", "y")  # a site's calls come one way: its behaviour's
+step_values = st.one_of(st.none(), st.integers(0, 700))
+bulk_op = st.tuples(
+    st.just("defer"),
+    st.dictionaries(st.sampled_from(BULK), st.integers(1, 3), min_size=1).map(
+        lambda d: tuple(sorted(d.items()))
+    ),
+    st.integers(0, 1),
+    step_values,
+)
+single_op = st.tuples(
+    st.just("defer_one"),
+    st.sampled_from(ONE_BY_ONE).map(lambda s: ((s, 1),)),
+    st.integers(0, 1),
+    step_values,
+)
+add_op = st.tuples(
+    st.just("add"),
+    st.sampled_from(BULK + ONE_BY_ONE).map(lambda s: ((s, 1),)),
+    st.integers(0, 1),
+    step_values,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(st.one_of(bulk_op, single_op, add_op), max_size=60),
+    repeat=st.integers(1, 30),
+    in_step=st.sets(st.sampled_from(BULK + ONE_BY_ONE)).map(frozenset),
+)
+def test_deferred_counts_read_as_counts_kept_call_by_call(
+    ops: list[tuple[Any, ...]], repeat: int, in_step: frozenset[str]
+) -> None:
+    """Calls counted in bulk when read (runs of steps that repeat the calls of the step
+    before, one-by-one calls of a batch fetched ahead) give the call numbers, per-step and
+    per-rank counts and the steps seen (the first 512, in order) of counting each call as
+    it came. Each op is repeated at consecutive steps to make runs."""
+    expanded = []
+    for op, sites, rank, step in ops:
+        for k in range(repeat if op == "defer" else 1):
+            expanded.append((op, sites, rank, None if step is None else step + k))
+    counts, numbers = Counts(in_step), []
+    for op, sites, rank, step in expanded:
+        if op == "defer":
+            counts.defer(frozenset(sites), rank, step)
+        elif op == "defer_one":
+            counts.defer_one(sites[0][0], rank, step)
+        else:
+            numbers.append(counts.add(sites[0][0], rank, step))
+    calls, in_steps, reached, seen, eager_numbers = _eager(expanded, in_step)
+    assert numbers == eager_numbers
+    assert counts.calls == calls and +counts.calls_in_step == in_steps
+    assert counts.reached == reached and counts.steps_seen == seen
+
+
+def test_a_long_run_of_deferred_steps_is_counted_before_it_grows_without_bound() -> None:
+    counts = Counts(frozenset())
+    for step in range(SETTLE_AFTER + 10):
+        counts.defer(frozenset({("a", 2)}), 0, step)
+    assert len(counts._runs) == 1 and len(counts._runs[0][2]) == 10
+    assert counts.calls["a"] == 2 * (SETTLE_AFTER + 10)
+    assert counts.steps_seen["a"] == list(range(MAX_STEPS_SEEN))

@@ -102,9 +102,14 @@ class Engine:
         self._liveness = Liveness(indexed, frozenset(observe))
         self.live: frozenset[str] = frozenset()  # the armed sites whose calls are matched now
         self._period: tuple[int, int | None] = (self.environment_rank, None)
-        self._clock: Any = None  # what the rank and step are read from (``_decide``)
-        self._read: Any = None  # the clock's value at the last decision
-        # Per site, the steps a fault can still fire at on this rank (``_passes``), until
+        # The clock: what the step and the rank are read from (``_decide``), two C-level
+        # readings compared at every call that passes through, and their values then.
+        self._steps: Any = None
+        self._group: Any = None
+        self._read_steps: Any = _STALE
+        self._read_group: Any = _STALE
+        self.trainer_id: int | None = None  # id() of the trainer last seen (``saw_trainer``)
+        # Per site, the steps a fault can still fire at on this rank (``_passes_ahead``), until
         # a fault fires or the rank changes.
         self._fire_steps: dict[str, frozenset[int | None]] = {}
         self._fired_key: tuple[int, int] = (-1, 0)  # the rank and firings they hold for
@@ -113,9 +118,12 @@ class Engine:
 
     # -- context ----------------------------------------------------------------------
     def saw_trainer(self, trainer: Any) -> None:
+        """``trainer`` runs. A wrapper may skip the call when ``id(trainer)`` is
+        ``trainer_id``: the weak reference's callback clears it before the id can be reused."""
         if self._trainer is None or self._trainer() is not trainer:
             # Once it is gone, the step is None: decide again at the next call.
             self._trainer = weakref.ref(trainer, self._stale)
+            self.trainer_id = id(trainer)
             self._attach(trainer)
             self.training_device(_root_device(trainer))
             with self._lock:  # another trainer: another step counter, another step
@@ -205,13 +213,18 @@ class Engine:
             self._decide()
 
     def _stale(self, _: object = None) -> None:
-        """Make the next call that passes through decide again."""
-        self._read = _STALE
+        """Make the next call that passes through decide again (a trainer is gone)."""
+        self.trainer_id = None
+        self._read_steps = _STALE
+
+    def _moved(self) -> bool:
+        """Whether the clock moved since the last decision: the rank or the step may have."""
+        return self._steps() != self._read_steps or self._group() is not self._read_group
 
     def _decide_again(self) -> None:
         """Decide again, unless another thread did since the clock moved."""
         with self._lock:
-            if self._clock() != self._read:
+            if self._moved():
                 self._decide()
 
     def _decide(self) -> None:
@@ -219,10 +232,10 @@ class Engine:
         if self._waiting_device is not None:
             self.training_device(self._waiting_device)
         self._tally.fold(self._counts, *self._period)
-        group = group_reading()
-        steps = step_reading(self.trainer) or self.step
-        self._clock = lambda: (steps(), group())  # changes whenever the rank or step may
-        self._read = self._clock()
+        # Readings that change whenever the rank or the step may.
+        self._group = group_reading()
+        self._steps = step_reading(self.trainer) or self.step
+        self._read_steps, self._read_group = self._steps(), self._group()
         rank, step = current_rank(self.environment_rank), self.step()
         self._period = (rank, step)
         if (rank, self.fired.total()) != self._fired_key:  # a fault spent, another rank
@@ -271,15 +284,36 @@ class Engine:
         inside = local.inside
         if local.depth or site in inside:
             return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
-        if site not in self.live:
-            if self._clock() != self._read:
-                self._decide_again()
-            if site not in self.live and self._passes(site, instance, behaviour):
-                inside.add(site)
-                try:
-                    return wrapped(*args, **kwargs)
-                finally:
-                    inside.discard(site)
+        if site in self.live:
+            return self._matched(site, wrapped, instance, args, kwargs, behaviour)
+        # The way through, inline: every armed call that cannot fire takes it.
+        if self._steps() != self._read_steps or self._group() is not self._read_group:
+            self._decide_again()  # the step or the rank may have changed
+            if site in self.live:
+                return self._matched(site, wrapped, instance, args, kwargs, behaviour)
+        if behaviour.step_of is None:
+            local.passed[site] += 1  # counted at the step boundary (``Tally``)
+        elif not self._passes_ahead(site, instance, behaviour):
+            return self._matched(site, wrapped, instance, args, kwargs, behaviour)
+        inside.add(site)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            inside.discard(site)
+
+    def _matched(
+        self,
+        site: str,
+        wrapped: Any,
+        instance: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        behaviour: Behaviour,
+    ) -> Any:
+        """A call matched against the schedule: counted, traced, and fired at if due."""
+        __tracebackhide__ = True
+        local = self._local
+        inside = local.inside
         rank, step = current_rank(self.environment_rank), self.step()
         if behaviour.step_of is not None:
             step = behaviour.step_of(self.trainer, instance, step)
@@ -308,15 +342,13 @@ class Engine:
             if self._tracer is not None:
                 self._tracer.exit(site, rank, step, call)
 
-    def _passes(self, site: str, instance: Any, behaviour: Behaviour) -> bool:
-        """Count a call of a site that is not live, if it cannot fire: True if it passes.
+    def _passes_ahead(self, site: str, instance: Any, behaviour: Behaviour) -> bool:
+        """Count a call of a site that is not live but belongs to another step
+        (``behaviour.step_of``: a batch fetched ahead), if it cannot fire: True if it passes.
 
-        A call that belongs to another step (``behaviour.step_of``: a batch fetched ahead)
-        may fire although its site is not live at this step; it passes, counted at its own
-        step, if none of the site's faults can fire at that step on this rank."""
-        if behaviour.step_of is None:
-            self._local.passed[site] += 1  # counted at the step boundary (``Tally``)
-            return True
+        Such a call may fire although its site is not live at this step; it passes, counted
+        at its own step, if none of the site's faults can fire at that step on this rank."""
+        assert behaviour.step_of is not None
         rank, now = self._period  # the clock has not moved since they were read
         step = behaviour.step_of(self.trainer, instance, now)
         can_fire = self._fire_steps.get(site)
@@ -326,7 +358,7 @@ class Engine:
         if step in can_fire:
             return False
         with self._lock:
-            self._counts.add(site, rank, step, 1)  # one call, counted as passed through
+            self._counts.defer_one(site, rank, step)  # one call, counted as passed through
         return True
 
     def _match(self, site: str, rank: int, step: int | None) -> Firing:

@@ -16,10 +16,10 @@ step than the trainer's (a batch fetched ahead: ``Behaviour.step_of``) is matche
 fault of its site can fire at that step (``steps_that_fire``), else counted there.
 
 Decisions never change what fires: each call that is matched is matched against the whole
-schedule, and the calls that passed straight through are counted into
-the engine's numbers (calls per site, per rank, per step, the steps a site ran at) before
-any decision, at the rank and step of the decision they passed under (``Tally``), so call
-numbers, reports and never-fired notes read as they did when every armed call went
+schedule, and the calls that passed straight through are counted into the engine's
+numbers (calls per site, per rank, per step, the steps a site ran at) at the rank and step
+of the decision they passed under (``Tally``), before anything reads them (``Counts``), so
+call numbers, reports and never-fired notes read as they did when every armed call went
 through the engine.
 """
 
@@ -28,12 +28,15 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from chaoslight._schedule._faults import Fault, ReorderReduction
 
 # Steps remembered per site: what a never-fired fault's note says, and the reach a search
 # records in its baseline run to draw only (site, step) points that really happen.
 MAX_STEPS_SEEN = 512
+# Steps a run of deferred counts holds before they are counted (``Counts.defer``).
+SETTLE_AFTER = 4096
 
 Indexed = tuple[int, Fault]
 
@@ -79,36 +82,114 @@ def steps_that_fire(
 class Counts:
     """The engine's counts of site calls on this rank: per site (call numbers, ``nth``),
     per (site, step) where an ``nth`` with a step needs it, per (site, rank), and the steps
-    each site ran at."""
+    each site ran at.
+
+    The calls that passed straight through arrive in bulk, once per step (``defer``), and
+    are kept as they came until something reads the counts (``settle``): a step whose
+    calls are those of the step before (a training loop's steady state) only adds its step
+    to that run of steps, so an armed site that cannot fire costs no counting per step.
+    The counts are read at a matched call (its call number), when a run ends and when a
+    watchdog looks: each then sees every call made so far.
+    """
 
     def __init__(self, in_step: frozenset[str]) -> None:
         self.in_step = in_step
-        self.calls: Counter[str] = Counter()
-        self.calls_in_step: Counter[tuple[str, int | None]] = Counter()
-        self.reached: Counter[tuple[str, int]] = Counter()
-        self.steps_seen: dict[str, list[int | None]] = {}
-        self._seen: set[tuple[str, int | None]] = set()  # (site, step) in ``steps_seen``
+        self._calls: Counter[str] = Counter()
+        self._calls_in_step: Counter[tuple[str, int | None]] = Counter()
+        self._reached: Counter[tuple[str, int]] = Counter()
+        # Per site, its steps in the order first seen (a dict keeps the order, drops repeats)
+        self._steps: dict[str, dict[int | None, None]] = {}
+        self._steps_seen: dict[str, list[int | None]] | None = {}  # read form, None: stale
+        # Not counted yet: runs of steps that passed the same calls, [rank, calls, steps],
+        # and single calls of another step than the running one (a batch fetched ahead).
+        self._runs: list[list[Any]] = []
+        self._singles: list[tuple[str, int, int | None]] = []
 
-    def add(self, site: str, rank: int, step: int | None, calls: int = 1) -> int:
-        """Count ``calls`` calls of ``site``; the call number of the last."""
-        self.add_all(((site, calls),), rank, step)
-        return self.calls[site]
+    @property
+    def calls(self) -> Counter[str]:
+        self.settle()
+        return self._calls
 
-    def add_all(self, calls: Iterable[tuple[str, int]], rank: int, step: int | None) -> None:
-        """Count each ``(site, calls)``, all at ``rank`` and ``step``: one pass, since the
-        engine folds every site that passed through at each step boundary."""
-        totals, reached, in_step, seen_at = self.calls, self.reached, self.in_step, self._seen
+    @property
+    def calls_in_step(self) -> Counter[tuple[str, int | None]]:
+        self.settle()
+        return self._calls_in_step
+
+    @property
+    def reached(self) -> Counter[tuple[str, int]]:
+        self.settle()
+        return self._reached
+
+    @property
+    def steps_seen(self) -> dict[str, list[int | None]]:
+        """Per site, the first ``MAX_STEPS_SEEN`` steps it ran at, in order."""
+        self.settle()
+        if self._steps_seen is None:
+            self._steps_seen = {
+                site: list(steps)[:MAX_STEPS_SEEN] for site, steps in self._steps.items()
+            }
+        return self._steps_seen
+
+    def add(self, site: str, rank: int, step: int | None) -> int:
+        """Count a call of ``site`` matched against the schedule; its call number."""
+        self.settle()
+        self._count(((site, 1),), rank, (step,))
+        return self._calls[site]
+
+    def defer(self, calls: frozenset[tuple[str, int]], rank: int, step: int | None) -> None:
+        """Count each ``(site, calls)`` at ``rank`` and ``step`` when the counts are read."""
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            if last[1] == calls and last[0] == rank:
+                last[2].append(step)
+                if len(last[2]) >= SETTLE_AFTER:  # a long run: bounded memory
+                    self.settle()
+                return
+        runs.append([rank, calls, [step]])
+
+    def defer_one(self, site: str, rank: int, step: int | None) -> None:
+        """Count one call of ``site`` at ``rank`` and ``step`` when the counts are read."""
+        self._singles.append((site, rank, step))
+
+    def settle(self) -> None:
+        """Count what was deferred, in the order it came."""
+        if self._runs:
+            runs, self._runs = self._runs, []
+            for rank, calls, steps in runs:
+                self._count(calls, rank, steps)
+        if self._singles:
+            singles, self._singles = self._singles, []
+            # One pass per site and rank, its steps in the order they came.
+            by_site: dict[str, list[list[Any]]] = {}
+            for site, rank, step in singles:
+                runs = by_site.setdefault(site, [])
+                if runs and runs[-1][0] == rank:
+                    runs[-1][1].append(step)
+                else:
+                    runs.append([rank, [step]])
+            for site, runs in by_site.items():
+                for rank, steps in runs:
+                    self._count(((site, 1),), rank, steps)
+
+    def _count(
+        self, calls: Iterable[tuple[str, int]], rank: int, steps: list[int | None] | tuple[Any, ...]
+    ) -> None:
+        """Count each ``(site, calls)`` at ``rank`` once per step of ``steps``."""
+        repeats = len(steps)
+        totals, reached, in_step, seen = self._calls, self._reached, self.in_step, self._steps
         for site, count in calls:
-            totals[site] += count
+            totals[site] += count * repeats
+            reached[(site, rank)] += count * repeats
             if site in in_step:
-                self.calls_in_step[(site, step)] += count
-            reached[(site, rank)] += count
-            at = (site, step)
-            if at not in seen_at:
-                seen = self.steps_seen.setdefault(site, [])
-                if len(seen) < MAX_STEPS_SEEN:
-                    seen_at.add(at)
-                    seen.append(step)
+                for step in steps:
+                    self._calls_in_step[(site, step)] += count
+            at = seen.get(site)
+            if at is None:
+                at = seen[site] = {}
+            if len(at) < MAX_STEPS_SEEN:
+                at.update(dict.fromkeys(steps))
+                self._steps_seen = None
 
 
 class Tally:
@@ -138,12 +219,18 @@ class Tally:
             if not passed:
                 continue
             if ident == me:  # only this thread adds to it: count it all, start it again
-                items = list(passed.items())
-                passed.clear()
                 if counted:  # another thread's fold counted some of it
-                    items = [(s, n - counted[s]) for s, n in items if n != counted[s]]
+                    items = frozenset(
+                        (site, n - counted[site])
+                        for site, n in passed.items()
+                        if n != counted[site]
+                    )
                     counted.clear()
-                counts.add_all(items, rank, step)
+                else:
+                    items = frozenset(passed.items())
+                passed.clear()
+                if items:
+                    counts.defer(items, rank, step)
                 continue
             news = []
             for site, calls in list(passed.items()):
@@ -151,4 +238,5 @@ class Tally:
                 if new:
                     counted[site] = calls
                     news.append((site, new))
-            counts.add_all(news, rank, step)
+            if news:
+                counts.defer(frozenset(news), rank, step)

@@ -38,6 +38,9 @@ class Dispatcher(Protocol):
     armed: frozenset[str]
     faulted: frozenset[str]  # the sites the schedule puts faults at
     resume_from: str | None  # a checkpoint for a ``fit`` given no ``ckpt_path`` (a restart)
+    # id() of the trainer ``saw_trainer`` was last told of while it lives, else None: a
+    # wrapper that sees it again need not say so.
+    trainer_id: int | None
 
     def call(
         self,

@@ -92,7 +92,8 @@ def _dispatcher_wrapper(site_by_hook: dict[str, str], behaviour: Behaviour) -> W
         site = site_by_hook.get(args[1]) if len(args) > 1 else None
         if site is None or site not in dispatcher.armed:
             return wrapped(*args, **kwargs)
-        dispatcher.saw_trainer(args[0])
+        if id(args[0]) != dispatcher.trainer_id:
+            dispatcher.saw_trainer(args[0])
         return dispatcher.call(site, wrapped, instance, args, kwargs, behaviour)
 
     return wrapper

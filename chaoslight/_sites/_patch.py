@@ -22,7 +22,7 @@ import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import wrapt
 
@@ -43,14 +43,18 @@ class Patch:
     name: str
     original: Any  # vars(owner)[name] before patching, or MISSING if it was inherited
     wrapper: Any = None  # our wrapt.FunctionWrapper
-    live: bool = field(default=True)
+    # wrapt's ``enabled``: our wrapper runs while this list is not empty, and once undone
+    # only passes calls through. wrapt calls an ``enabled`` that is callable on every call
+    # (a Python frame per call of an armed site); a list's truth it reads in C (its stubs
+    # ask for ``__bool__``, which a list's length stands for).
+    gate: list[bool] = field(default_factory=lambda: [True])
 
-    def is_live(self) -> bool:
-        """wrapt's ``enabled``: once undone, our wrapper only passes calls through."""
-        return self.live
+    @property
+    def live(self) -> bool:
+        return bool(self.gate)
 
     def undo(self) -> None:
-        self.live = False
+        self.gate.clear()
         current = vars(self.owner).get(self.name, MISSING)
         if current is self.wrapper:
             self._put_back()
@@ -104,7 +108,7 @@ def wrap_attribute(owner: Any, name: str, wrapper: Wrapper) -> Patch:
     original = vars(owner).get(name, MISSING)
     target = original if original is not MISSING else _static_lookup(owner, name)
     patch = Patch(owner, name, original)
-    patch.wrapper = wrapt.FunctionWrapper(target, wrapper, enabled=patch.is_live)
+    patch.wrapper = wrapt.FunctionWrapper(target, wrapper, enabled=cast(Any, patch.gate))
     setattr(owner, name, patch.wrapper)
     return patch
 
