@@ -460,6 +460,23 @@ def test_a_rank_waiting_in_ddps_gradient_all_reduce_is_seen_at_the_wavefront(
     assert "dist.gradient_allreduce" in evidence and "_sigterm_notifier_fn" in evidence
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("site", ["fabric.setup", "fabric.forward"])
+def test_a_peer_of_a_rank_frozen_for_good_is_seen_waiting_outside_every_site(
+    world: World, site: str
+) -> None:
+    """A Fabric loop: rank 0 frozen for good; rank 1 passes the site (no fault can fire
+    there on it), so no site is in progress while it waits in DDP's own collective (the
+    parameter check in ``setup``, the buffer broadcast in ``forward``). Hung at the
+    wavefront, not at the timeout, and the freeze's verdict: the program did nothing wrong."""
+    step = " step=1" if site == "fabric.forward" else ""
+    target_ = f"{ROOT}/examples/loops/fabric_spike_reduce.py:train_fixed"
+    outcome = world.run(target_, f"freeze@{site} rank=0{step}", timeout=TIMEOUT)
+    assert outcome.status == "hung" and outcome.wall_s < FAST, outcome.report()
+    assert "frozen for good" in outcome.evidence[1], outcome.report()
+    assert not chaoslight.judge(outcome).failed, outcome.report()
+
+
 @contextmanager
 def busy_processes(count: int) -> Iterator[None]:
     """``count`` processes spinning on a CPU each (killed after the block)."""

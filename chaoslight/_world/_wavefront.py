@@ -203,9 +203,12 @@ class Tracker:
             return None
         stack = engine.in_progress_of(self.main)
         frame = past_op_dispatch(frame)
-        if not stack or frame is None:
+        if frame is None:
             return None
-        site, call, step = stack[-1]
+        # Outside every site in progress (a loop's calls pass through the sites the schedule
+        # cannot fire at, as DDP's own collectives in Fabric's setup and forward do): a
+        # wait in torch.distributed is still one, a collective no site saw.
+        site, call, step = stack[-1] if stack else ("", 0, engine.step())
         where = frame.f_code.co_filename
         if where.startswith(_folder("torch.autograd")):
             # Still in autograd (``backward``, or ``manual_backward`` in a training step),
