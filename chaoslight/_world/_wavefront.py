@@ -62,8 +62,9 @@ from chaoslight._world._sched import Reading, asleep, read_threads
 
 GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see above)
 # A collective DDP issues by itself outside autograd (its buffer broadcast or bucket rebuild
-# in ``forward``, its parameter-shape check when built): no site sees it, so its number
-# says nothing and two ranks in it are in the same one. Waiting in it decides a hang only
+# in ``forward``, its parameter-shape check when built), or any wait in torch.distributed
+# while no site is in progress (an asynchronous collective's ``work.wait()``): no site sees
+# it, so its number says nothing and two ranks in it are in the same one. Waiting in it decides a hang only
 # beside a rank frozen for good, or beside a rank waiting in a collective a site saw.
 DDP_INTERNAL = "dist.ddp_internal"
 
