@@ -362,3 +362,15 @@ def validation_shard_per_rank() -> None:
         val_check_interval=2,
     )
     trainer.fit(Validated(), tiny_loader(), shard)
+
+
+def batch_sampler_outside_hooks() -> None:
+    """A loader built before ``fit`` as torch documents a batch sampler, handed to
+    ``trainer.fit``: Lightning rebuilds it under DDP with no batch size at all (its first
+    batch fails in collation: Lightning#21122)."""
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(32, 4, generator=generator), torch.randn(32, 1))
+    loader = DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 4, drop_last=False))
+    _fit(loader=loader)

@@ -391,6 +391,29 @@ def test_lightnings_rebuilt_batch_samplers_are_its_known_issue_and_the_workaroun
 
 
 @pytest.mark.slow
+def test_a_batch_sampler_loader_built_outside_the_hooks_fails_as_lightnings_known_issue(
+    world2: World,
+) -> None:
+    """Handed to ``trainer.fit`` already built, a loader with a batch sampler is rebuilt
+    with no batch size at all and every rank fails in collation at its first batch: the
+    failure is Lightning's (#21122), not the program's, with its workaround."""
+    from chaoslight import judge
+    from chaoslight.checks import FrameworkFacts
+
+    outcome = world2.run(
+        "tests/ddp_targets.py:batch_sampler_outside_hooks",
+        Schedule(),
+        timeout=90,
+        checks=[DataOrder(), FrameworkFacts()],
+    )
+    assert outcome.status == "failed" and "collate" in str(outcome.ranks[0].exception.traceback)
+    verdict = judge(outcome)
+    assert verdict.known is not None, verdict.reason
+    assert verdict.known.issue.key == "lightning-batch-sampler-rebuilt"
+    assert verdict.findings == ()  # every symptom is Lightning's
+
+
+@pytest.mark.slow
 def test_a_validation_set_each_rank_builds_for_itself_is_found(world2: World) -> None:
     outcome = world2.run(
         "tests/ddp_targets.py:validation_shard_per_rank",

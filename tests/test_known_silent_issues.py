@@ -18,8 +18,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from chaoslight import Event, Outcome, Schedule, judge
 from chaoslight._checks._facts import FACTS, framework_facts
-from chaoslight._report import FAILED, HUNG, PASSED
-from chaoslight._report._records import RankResult
+from chaoslight._report import FAILED, HUNG, PASSED, RELEASED
+from chaoslight._report._records import ExceptionInfo, RankResult
 from chaoslight._runtime import FIRED
 from chaoslight._runtime._evidence import OBSERVATION
 from chaoslight._verdict._known import match_known
@@ -561,6 +561,88 @@ def test_the_rebuilt_loaders_issue_claims_no_other_order_finding() -> None:
     by_key = {claim.issue.key: claim.claimed.violations for claim in claims}
     assert by_key[REBUILT] == (rebuilt,)
     assert by_key[SHUFFLED] == (shuffled,)
+
+
+COLLATE = (
+    "Traceback (most recent call last):\n"
+    '  File "/w/t.py", line 9, in train\n    trainer.fit(model, loader)\n'
+    '  File "/v/torch/utils/data/_utils/fetch.py", line 55, in fetch\n'
+    "    return self.collate_fn(data)\n"
+    '  File "/v/torch/utils/data/_utils/collate.py", line 240, in collate_tensor_fn\n'
+    "    return torch.stack(batch, 0, out=out)\n"
+    "RuntimeError: stack expects each tensor to be equal size\n"
+)
+IN_STEP = COLLATE.replace("/v/torch/utils/data/_utils/collate.py", "/w/t.py")
+
+
+def loud(traceback_of_rank_0: str, prepared: dict[int, int | None]) -> Outcome:
+    """Rank 0 failed with this traceback, rank 1 released by it; per rank, the batch size of
+    the loader Lightning readied from the program's batch sampler of 4 (none: not rebuilt)."""
+    error = ExceptionInfo(
+        "RuntimeError", "stack expects each tensor to be equal size", traceback_of_rank_0
+    )
+    made = {
+        "asked_batch": 4,
+        "asked_sampler": "RandomSampler",
+        "asked_kind": "random",
+        "asked_batch_sampler": "BatchSampler",
+        "asked_batches": 12,
+        "made_batch": None,
+        "made_sampler": "DistributedSampler",
+        "made_kind": "distributed",
+        "made_shuffle": True,
+        "made_keeps": False,
+        "made_batches": 24,
+    }
+    events = [
+        event(
+            OBSERVATION,
+            "data-order",
+            rank,
+            None,
+            json.dumps({"prepared": "fit", "rebuilt": made | {"made_batch": size}}),
+        )
+        for rank, size in prepared.items()
+    ]
+    events += [event(OBSERVATION, FACTS, rank, None, json.dumps(facts("2.6.6"))) for rank in (0, 1)]
+    ranks = (
+        RankResult(0, FAILED, exception=error),
+        RankResult(
+            1,
+            RELEASED,
+            exception=ExceptionInfo(
+                "DistBackendError", "Connection closed by peer", distributed=True
+            ),
+        ),
+    )
+    return Outcome(FAILED, ranks, events, 1.0, Schedule(), "t.py:train", 60.0, ())
+
+
+def test_a_loader_rebuilt_with_no_batch_size_failing_in_collation_is_lightnings() -> None:
+    """A loader built outside the hooks: Lightning rebuilds it with no batch size, and the
+    first batch fails in torch's collation. The failed rank and the peer it released are
+    Lightning's (#21122): nothing of the run is the program's."""
+    found = match_known(loud(COLLATE, {0: None, 1: None}))
+    assert found is not None and found.issue.key == REBUILT
+    assert found.claimed.ranks == frozenset({0, 1})
+    assert judge(loud(COLLATE, {0: None, 1: None})).findings == ()
+
+
+@pytest.mark.parametrize(
+    ("traceback", "prepared"),
+    [
+        (IN_STEP, {0: None, 1: None}),  # raised in the program's own code
+        (COLLATE, {0: 4, 1: 4}),  # the batch size kept: the collation error is the program's
+        (COLLATE, {}),  # no loader rebuilt
+        (COLLATE, {1: None}),  # rebuilt on the other rank only
+    ],
+)
+def test_a_collation_error_lightnings_rebuilding_does_not_explain_stays_the_programs(
+    traceback: str, prepared: dict[int, int | None]
+) -> None:
+    found = match_known(loud(traceback, prepared))
+    assert found is None or 0 not in found.claimed.ranks
+    assert judge(loud(traceback, prepared)).failed
 
 
 # -- a resume from an epoch-end checkpoint that counts one epoch fewer (PR #20379) ---------

@@ -36,6 +36,7 @@ from chaoslight._checks._base import Check, Evidence, Violation, observe, observ
 from chaoslight._checks._order_facts import distributed_indices
 from chaoslight._checks._order_loops import loop_hooks
 from chaoslight._checks._order_rebuilt import (
+    PREPARED,
     STAGE_WORDS,
     EvaluationRuns,
     RebuiltLoaders,
@@ -92,7 +93,7 @@ class DataOrder(Check):
     def observer(self) -> Any:
         check = self
         state: dict[str, Any] = {"fit": -1, "first": False, "hash": False, "batches": []}
-        rebuilt = RebuiltLoaders()
+        rebuilt = RebuiltLoaders(check.name)
         evaluation = EvaluationRuns(check.name, rebuilt)
 
         def on_fit_start(self: Any, trainer: Any, module: Any) -> None:
@@ -135,6 +136,8 @@ class DataOrder(Check):
         runs: dict[tuple[str, int], dict[int, Any]] = defaultdict(dict)
         firsts: list[tuple[int, dict[str, Any]]] = []  # what each rank's loaders were made of
         for event, facts in evidence.observations(self.name):
+            if PREPARED in facts:  # a loader as Lightning readied it: read by known issues
+                continue
             if "stage" in facts:  # a validation, test or predict run
                 runs[(facts["stage"], int(facts["run"]))].setdefault(event.rank, facts)
                 firsts.append((event.rank, facts))

@@ -26,15 +26,21 @@ training), and is not reported. Only a loader a stage drew a batch from is judge
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from chaoslight._checks._base import Violation, observe
 from chaoslight._checks._order_facts import guarded_facts, replacement_facts
 from chaoslight._checks._shards import stage_loaders
+from chaoslight._runtime._events import Event
+from chaoslight._runtime._evidence import OBSERVATION
 
 REBUILT_BATCHES = "rebuilt-batches"
+# An observation of a loader rebuilt with another batch size, made when Lightning readies it.
+PREPARED = "prepared"
 SAMPLER_DROPPED = "sampler-dropped"
 SHUFFLE_LOST = "shuffle-lost"
 # A stage's loaders, as a report names them (Lightning's stage prefixes).
@@ -59,13 +65,19 @@ class RebuiltLoaders:
     what each gives, found again by the made loader (weakly, so a loader is never kept
     alive by a check)."""
 
-    def __init__(self) -> None:
+    def __init__(self, check: str) -> None:
+        self.check = check
         self._made: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     def prepared(self, original: Any, prepared: Any, stage: str | None) -> None:
         facts = replacement_facts(original, prepared)
         if facts is None:
             return
+        if batch_lost(facts):
+            # Said at once: a loader rebuilt with no batch size at all fails in collation
+            # at its first batch, before any hook that reads the loaders runs (a known
+            # issue's signature reads it: ``_verdict/_known_silent``).
+            observe(self.check, None, {PREPARED: stage or "", "rebuilt": facts})
         try:
             self._made[id(prepared)] = (weakref.ref(prepared), facts)
         except TypeError:  # a loader that takes no weak reference: not judged
@@ -134,6 +146,25 @@ def rebuilt_findings(check: str, observed: list[tuple[int, dict[str, Any]]]) -> 
                 )
     order = list(STAGE_WORDS)
     return [found[key] for key in sorted(found, key=lambda k: (order.index(k[0]), k[1]))]
+
+
+def batch_lost(made: dict[str, Any]) -> bool:
+    """Whether Lightning's rebuilt loader draws batches of another size than the program's
+    batch sampler (of one, or with no batch size at all: no collation into batches)."""
+    asked = made.get("asked_batch")
+    return isinstance(asked, int) and asked > 1 and made.get("made_batch") != asked
+
+
+def lost_batches_on(events: Iterable[Event], check: str) -> frozenset[int]:
+    """The ranks on which Lightning readied a loader rebuilt with another batch size."""
+    ranks = set()
+    for event in events:
+        if event.kind != OBSERVATION or event.site != check or PREPARED not in event.detail:
+            continue
+        facts = json.loads(event.detail)
+        if PREPARED in facts and batch_lost(facts.get("rebuilt") or {}):
+            ranks.add(event.rank)
+    return frozenset(ranks)
 
 
 def _losses(stage: str, index: int, rank: int, made: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -375,7 +375,10 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "data-order saw a loader the program gave with batch_sampler= (a train, "
             "validation, test or predict loader a stage drew from) that Lightning's data "
             "connector rebuilt with another batch size, or around a DistributedSampler that "
-            "never draws from the program's sampler; it claims those data-order violations "
+            "never draws from the program's sampler; it claims those data-order violations, "
+            "and a rank Lightning readied such a loader on whose error was raised in torch's "
+            "collation (a loader built outside the *_dataloader hooks is rebuilt with no "
+            "batch size at all and fails at its first batch) with the peers it released, "
             "only, whatever else fired"
         ),
         reference=(

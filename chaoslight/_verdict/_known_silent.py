@@ -16,15 +16,22 @@ enabled) matches nothing: the finding stays the program's. The table entries are
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from chaoslight._checks._facts import facts_by_rank
 from chaoslight._checks._order import REPLACED_ORDER
-from chaoslight._checks._order_rebuilt import REBUILT_BATCHES, SAMPLER_DROPPED, SHUFFLE_LOST
+from chaoslight._checks._order_rebuilt import (
+    REBUILT_BATCHES,
+    SAMPLER_DROPPED,
+    SHUFFLE_LOST,
+    lost_batches_on,
+)
 from chaoslight._checks._reruns import faults_leave_training_alone
-from chaoslight._report import PASSED, Outcome
+from chaoslight._report import FAILED, PASSED, Outcome, RankResult
 from chaoslight._runtime import Event, Violation
 from chaoslight._runtime._evidence import OBSERVATION
+from chaoslight._verdict._known_frames import collective_ends
 from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery
 
@@ -156,8 +163,29 @@ def batch_sampler_rebuilt(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     a torch ``BatchSampler`` comes back with batches of one, and a sampler the batch
     sampler held is dropped. It claims ``data-order``'s violations of exactly those two
     losses (the check compares the loader the program gave with the one Lightning made),
-    whatever else fired."""
-    return _aspects(outcome, (REBUILT_BATCHES, SAMPLER_DROPPED))
+    whatever else fired.
+
+    A loader built outside the ``*_dataloader`` hooks is rebuilt with no batch size at
+    all, and its first batch fails in torch's collation: the ranks Lightning readied such
+    a loader on that failed there are the issue's, and so are their peers' ends in a
+    collective (released by the rank that left)."""
+    lost = lost_batches_on(getattr(outcome, "events", ()), DATA_ORDER)
+    failed = frozenset(r.rank for r in outcome.ranks if r.rank in lost and _failed_collating(r))
+    ranks = failed | collective_ends(outcome) if failed else frozenset()
+    return Claimed(ranks, _aspects(outcome, (REBUILT_BATCHES, SAMPLER_DROPPED)).violations)
+
+
+# The innermost frame of a traceback in torch's batching of samples (its collate or fetch).
+_COLLATION = re.compile(r'File "[^"]*torch[/\\]utils[/\\]data[/\\]_utils[/\\][^"]*"')
+
+
+def _failed_collating(result: RankResult) -> bool:
+    """The rank failed with an error raised in torch's collation of a batch."""
+    exc = result.exception
+    if result.status != FAILED or exc is None or not exc.traceback:
+        return False
+    frames = re.findall(r'^\s*File "[^"]*"', exc.traceback, flags=re.MULTILINE)
+    return bool(frames) and _COLLATION.search(frames[-1]) is not None
 
 
 def evaluation_shuffle_lost(outcome: Outcome, taken: list[Delivery]) -> Claimed:

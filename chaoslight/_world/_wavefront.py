@@ -64,8 +64,9 @@ GRADIENT_ALLREDUCE = "dist.gradient_allreduce"  # not in COLLECTIVE_SITES (see a
 # A collective DDP issues by itself outside autograd (its buffer broadcast or bucket rebuild
 # in ``forward``, its parameter-shape check when built), or any wait in torch.distributed
 # while no site is in progress (an asynchronous collective's ``work.wait()``): no site sees
-# it, so its number says nothing and two ranks in it are in the same one. Waiting in it decides a hang only
-# beside a rank frozen for good, or beside a rank waiting in a collective a site saw.
+# it, so its number says nothing and two ranks in it are in the same one. Waiting in it
+# decides a hang only beside a rank frozen for good, or beside a rank waiting in a
+# collective a site saw.
 DDP_INTERNAL = "dist.ddp_internal"
 
 TICK_S = 0.1  # how often a worker looks at its main thread
