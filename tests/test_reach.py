@@ -178,3 +178,45 @@ def test_the_abort_probe_takes_rank_0s_group_at_the_first_reduction_of_a_trainin
     assert reach.probes(1, ["pg_abort"]) == []
     no_reduction = Reach(points=(("lightning.training_step", 0), ("dist.barrier", 0)))
     assert no_reduction.probes(2, ["pg_abort"]) == []
+
+
+def test_a_check_that_cannot_judge_the_program_says_so_once_in_the_coverage() -> None:
+    """replicas-in-sync in a loop with no DistributedDataParallel module (FSDP, or no
+    process group) says at its first optimizer step that it has nothing to compare, once;
+    the campaign's coverage note names it with the reason, and no longer among the checks
+    that judged the loop."""
+    import torch
+
+    from chaoslight._checks._base import CANNOT_JUDGE
+    from chaoslight.checks import DisjointShards, Evidence, FiniteLoss, ReplicasInSync
+
+    observer = ReplicasInSync().observer()
+    optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    with chaoslight.inject(Schedule()) as run:
+        for _ in range(3):
+            observer.on_loop_after_optimizer_step(optimizer)
+    said = [e for e in run.events if e.kind == "observation" and CANNOT_JUDGE in e.detail]
+    assert [e.site for e in said] == ["replicas-in-sync"]
+    assert ReplicasInSync().judge(Evidence(list(run.events))) == []
+
+    reached = Event(
+        "observation",
+        "reach",
+        0,
+        None,
+        1.0,
+        1.0,
+        "",
+        0,
+        json.dumps({"loop": True, "steps": {"torch.backward": [0, 1]}}),
+    )
+
+    class Baseline:
+        events = [reached, *said]
+
+    reach = Reach.from_outcome(Baseline())
+    assert reach is not None and [check for check, _ in reach.unjudged] == ["replicas-in-sync"]
+    checks = [ReplicasInSync(), FiniteLoss(), DisjointShards()]
+    line = coverage(reach, [Schedule()], checks).line()
+    assert "note: replicas-in-sync could not judge this program: no DistributedDataParallel" in line
+    assert "judged, and by finite-loss at its steps" in line

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaoslight._checks._base import Check, Evidence, RankView, Violation, observe
+from chaoslight._checks._base import Check, Evidence, RankView, Violation, cannot_judge, observe
 from chaoslight._checks._behaviour import ErrorsSurface, NoHang
 from chaoslight._checks._buffers import BuffersInSync
 from chaoslight._checks._exits import ExitStatus
@@ -62,6 +62,7 @@ __all__ = [
     "RestartEquivalence",
     "ResumeEquivalence",
     "Violation",
+    "cannot_judge",
     "check_by_name",
     "observe",
 ]

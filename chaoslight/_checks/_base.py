@@ -26,7 +26,22 @@ from chaoslight._runtime._evidence import OBSERVATION, Evidence, RankView, Viola
 from chaoslight._runtime._inject import active
 from chaoslight._runtime._stacks import active_engine
 
-__all__ = ["OBSERVATION", "Check", "Evidence", "RankView", "Violation", "observe", "observer_class"]
+__all__ = [
+    "CANNOT_JUDGE",
+    "OBSERVATION",
+    "Check",
+    "Evidence",
+    "RankView",
+    "Violation",
+    "cannot_judge",
+    "observe",
+    "observer_class",
+]
+
+# The key of an observation in which a check says it cannot judge this program, and why:
+# said once by the check itself, since "observed nothing" is not "had nothing to judge"
+# (finite-loss records only a loss that is not finite). A campaign's coverage note reads it.
+CANNOT_JUDGE = "cannot_judge"
 
 
 class Check:
@@ -61,6 +76,11 @@ def observe(check: str, trainer: Any, facts: dict[str, Any], step: int | None = 
     if step is None:
         step = step_of(trainer) if trainer is not None else engine.step()
     engine.record(OBSERVATION, check, current_rank(), step, "", detail=json.dumps(facts))
+
+
+def cannot_judge(check: str, reason: str) -> None:
+    """Record that ``check`` cannot judge this program, and why (its judge skips it)."""
+    observe(check, None, {CANNOT_JUDGE: reason})
 
 
 def observer_class(name: str, hooks: dict[str, Any]) -> type:

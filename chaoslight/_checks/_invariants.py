@@ -7,7 +7,15 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
+from chaoslight._checks._base import (
+    CANNOT_JUDGE,
+    Check,
+    Evidence,
+    Violation,
+    cannot_judge,
+    observe,
+    observer_class,
+)
 from chaoslight._runtime._inject import active
 from chaoslight._schedule._validate import check_bool, check_tolerance
 
@@ -38,6 +46,13 @@ def local_shard(tensor: Any) -> Any:
 
 # Lightning's strategies whose ranks hold shards of the parameters, not replicas.
 SHARDING_STRATEGIES = frozenset({"FSDPStrategy", "ModelParallelStrategy"})
+# Why replicas-in-sync judges nothing of a loop whose first optimizer step found no
+# DistributedDataParallel module of more than one rank to compare.
+NO_REPLICAS = (
+    "no DistributedDataParallel module of more than one rank trains in this loop (FSDP "
+    "shards the parameters; a module with a communication hook of its own, such as local "
+    "SGD, is left out): no replicas to compare"
+)
 
 
 def shards_parameters(strategy: Any) -> bool:
@@ -163,7 +178,7 @@ class ReplicasInSync(Check):
         # correct program keeps them equal after every optimizer step), found once, at
         # the loop's first optimizer step. A module with a communication hook of the
         # program's own (local SGD averages the parameters only now and then) is left out.
-        loop: dict[str, Any] = {"modules": None, "steps": 0, "backwards": 0}
+        loop: dict[str, Any] = {"modules": None, "steps": 0, "backwards": 0, "said": False}
 
         def on_loop_backward(self: Any, tensors: Any) -> None:
             loop["backwards"] += 1
@@ -175,6 +190,9 @@ class ReplicasInSync(Check):
             modules = [m for ref in loop["modules"] if (m := ref()) is not None]
             modules = [m for m in modules if not getattr(m, "_comm_hooks", None)]
             if not modules:
+                if not loop["said"]:
+                    loop["said"] = True
+                    cannot_judge(check.name, NO_REPLICAS)
                 return
             several = len(modules) > 1
             items = [
@@ -203,6 +221,8 @@ class ReplicasInSync(Check):
         by_step: dict[tuple[int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
         frozen: dict[int, set[str]] = defaultdict(set)  # by fit: frozen when DDP was built
         for event, facts in evidence.observations(self.name):
+            if CANNOT_JUDGE in facts:
+                continue
             if "frozen" in facts:
                 frozen[int(facts.get("fit", 0))].update(facts["frozen"])
                 continue

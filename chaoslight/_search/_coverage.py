@@ -25,6 +25,8 @@ class Coverage:
     # nothing of it (said once, rather than passing in silence).
     unjudged: tuple[str, ...] = ()
     judged: tuple[str, ...] = ()  # and those whose observers see a loop's own steps
+    # (check, why): the checks that said in the baseline run they cannot judge the program
+    cannot: tuple[tuple[str, str], ...] = ()
 
     def line(self) -> str:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(self.kinds.items()))
@@ -41,6 +43,8 @@ class Coverage:
                 f"optimizer steps; hangs, errors and crashes were judged{also}, but "
                 f"{', '.join(self.unjudged)} follow a Trainer's hooks and judged nothing here"
             )
+        for check, why in self.cannot:
+            line += f"\nnote: {check} could not judge this program: {why}"
         return line
 
 
@@ -54,6 +58,12 @@ def coverage(
     on_reached = len(points & reached) if reached else len(points)
     loop = bool(reach and reach.loop)
     listed = list(checks) if loop else []
+    cannot = reach.unjudged if reach is not None else ()
+    silent = {check for check, _ in cannot}
     unjudged = tuple(c.name for c in listed if not judges_loops(c))
-    judged = tuple(c.name for c in listed if judges_loops(c) and c.observer() is not None)
-    return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged, judged)
+    judged = tuple(
+        c.name
+        for c in listed
+        if judges_loops(c) and c.observer() is not None and c.name not in silent
+    )
+    return Coverage(len(reached), on_reached, len(schedules), dict(kinds), unjudged, judged, cannot)

@@ -18,6 +18,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from chaoslight._checks._base import CANNOT_JUDGE
 from chaoslight._runtime import OBSERVATION
 from chaoslight._schedule import (
     FAULT_KINDS,
@@ -79,6 +80,8 @@ class Reach:
     caught: tuple[Caught, ...] = ()
     notes: tuple[str, ...] = ()
     loop: bool = False  # the run was a loop no Trainer ran (Fabric, plain PyTorch)
+    # (check, why): the checks that said in that run they cannot judge this program
+    unjudged: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_outcome(cls, outcome: Any) -> Reach | None:
@@ -88,8 +91,16 @@ class Reach:
         paths: dict[str, list[list[CallFrame]]] = {}
         modules: dict[str, Any] = {}
         found = loop = False
+        unjudged: dict[str, str] = {}
         for event in outcome.events:
-            if event.kind != OBSERVATION or event.site != "reach":
+            if event.kind != OBSERVATION:
+                continue
+            if CANNOT_JUDGE in event.detail and event.site != "reach":
+                why = _facts(event).get(CANNOT_JUDGE)
+                if isinstance(why, str):
+                    unjudged.setdefault(event.site, why)
+                continue
+            if event.site != "reach":
                 continue
             found = True
             facts = _facts(event)
@@ -105,7 +116,7 @@ class Reach:
             return None
         caught, notes = caught_errors(paths, modules)
         points = tuple(sorted(_with_gradient_sync(seen), key=_order))
-        return cls(points, frozenset(user), caught, notes, loop)
+        return cls(points, frozenset(user), caught, notes, loop, tuple(sorted(unjudged.items())))
 
     def shard(self, index: int, count: int) -> Reach:
         """This worker's share of the points: disjoint across ``index`` 0..count-1."""
