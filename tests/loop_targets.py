@@ -275,3 +275,37 @@ def plain_retries_an_epoch() -> float:
             except RuntimeError:
                 opt.zero_grad()  # every rank raised at the same step: train the epoch again
     return float(loss.detach())
+
+
+def _batchnorm_loop(broadcast: bool, average_at_end: bool) -> float:
+    """A plain DDP loop over a BatchNorm model, each rank on its own shard (so its running
+    statistics are its own until something syncs them)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
+    model = DistributedDataParallel(net, broadcast_buffers=broadcast)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = _data()
+    loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data, shuffle=False))
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    if average_at_end:  # timm's distribute_bn: the statistics averaged over the ranks
+        for buffer in net[1].running_mean, net[1].running_var:
+            dist.all_reduce(buffer)
+            buffer /= dist.get_world_size()
+    return float(loss.detach())
+
+
+def plain_batchnorm_broadcast() -> float:
+    return _batchnorm_loop(broadcast=True, average_at_end=False)
+
+
+def plain_batchnorm_unsynced() -> float:
+    """broadcast_buffers=False and nothing averages them: each rank keeps its own."""
+    return _batchnorm_loop(broadcast=False, average_at_end=False)
+
+
+def plain_batchnorm_averaged() -> float:
+    return _batchnorm_loop(broadcast=False, average_at_end=True)

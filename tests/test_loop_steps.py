@@ -289,17 +289,17 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     from chaoslight._search._coverage import coverage
     from chaoslight._search._reach import Reach
 
-    names = ("buffers-in-sync", "no-hang", "finite-loss", "data-order", "restart-equivalence")
+    names = ("learned-invariants", "no-hang", "finite-loss", "data-order", "buffers-in-sync")
     checks = [check_from_name(name) for name in names]
     loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
     line = loop.line()
-    assert "no Trainer ran" in line and "buffers-in-sync" in line
+    assert "no Trainer ran" in line and "learned-invariants" in line
     unjudged = line.split("but", 1)[1]
     assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
-    for judged in ("finite-loss", "data-order", "restart-equivalence"):  # loop hooks
+    for judged in ("finite-loss", "data-order", "buffers-in-sync"):  # loop hooks
         assert judged not in unjudged
     said = line.split("but", 1)[0]  # the checks that did judge the loop are named
-    assert "by finite-loss, data-order, restart-equivalence at its steps" in said
+    assert "by finite-loss, data-order, buffers-in-sync at its steps" in said
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
 
@@ -388,3 +388,36 @@ def test_replicas_of_a_ddp_loop_are_judged_after_each_optimizer_step(
     assert (violation.check, violation.step) == ("replicas-in-sync", apart_at), outcome.report()
     assert "differs between rank 0 and rank 1 after the optimizer step" in violation.message
     assert "after different numbers of backward passes (rank 0 2, rank 1 3)" in violation.cause
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "unsynced"),
+    [
+        ("plain_batchnorm_broadcast", False),  # DDP broadcasts rank 0's at each forward
+        ("plain_batchnorm_averaged", False),  # not broadcast, averaged before returning
+        ("plain_batchnorm_unsynced", True),  # not broadcast, never averaged
+    ],
+)
+def test_batchnorm_statistics_of_a_ddp_loop_are_judged_where_a_correct_loop_syncs_them(
+    world2: Any, target: str, unsynced: bool
+) -> None:
+    """buffers-in-sync in a plain DDP loop: right after each of DDP's buffer broadcasts,
+    or, with ``broadcast_buffers=False``, at the end of the loop."""
+    from chaoslight._runtime._protocol import check_from_name
+
+    checks = [check_from_name("buffers-in-sync")]
+    outcome = world2.run(loop_target(target), Schedule(), timeout=TIMEOUT, checks=checks)
+    points = {
+        json.loads(e.detail).get("point")
+        for e in outcome.events
+        if e.kind == OBSERVATION and e.site == "buffers-in-sync"
+    }
+    assert points & {"forward", "end"}, outcome.report()  # it judged the loop
+    if not unsynced:
+        assert outcome.passed, outcome.report()
+        return
+    (violation,) = outcome.violations
+    assert violation.check == "buffers-in-sync", outcome.report()
+    assert "'1.running_mean' differs between rank 0 and rank 1" in violation.message
+    assert "at the end of training" in violation.message

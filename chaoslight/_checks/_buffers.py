@@ -33,14 +33,25 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
-from chaoslight._checks._invariants import quietly, summaries
+from chaoslight._checks._base import (
+    Check,
+    Evidence,
+    Violation,
+    cannot_judge,
+    observe,
+    observer_class,
+)
+from chaoslight._checks._invariants import ddp_modules, quietly, summaries
 from chaoslight._checks._reference import fault_free, passed_everywhere
 from chaoslight._runtime._protocol import Rerun
 
 # Where the ranks' buffers are observed: after DDP's broadcast, at an epoch boundary
 # (after every hook of the epoch that ended), at the end of training.
 AT_BROADCAST, AT_EPOCH_END, AT_TRAINING_END = "forward", "epoch", "end"
+SEVERAL_MODULES = (
+    "several DistributedDataParallel modules with buffers train in this loop: which "
+    "broadcast belongs to which forward is not told apart"
+)
 
 
 def tracked_buffers(module: Any, ignored: set[str]) -> tuple[list[str], list[bool], list[Any]]:
@@ -59,6 +70,14 @@ def tracked_buffers(module: Any, ignored: set[str]) -> tuple[list[str], list[boo
             norms.append(isinstance(sub, _NormBase))
             tensors.append(buffer)
     return names, norms, tensors
+
+
+def broadcasts(ddp: Any) -> bool:
+    """Whether DDP broadcasts rank 0's buffers at the start of its synced forwards."""
+    broadcast = getattr(ddp, "forward_sync_buffers", None)
+    if broadcast is None:  # torch before forward_sync_buffers
+        broadcast = getattr(ddp, "broadcast_buffers", True)
+    return bool(broadcast)
 
 
 def will_broadcast(ddp: Any) -> bool:
@@ -113,10 +132,7 @@ class BuffersInSync(Check):
             names, norms, _ = tracked_buffers(module, state["ignored"])
             if not names:
                 return
-            broadcast = getattr(ddp, "forward_sync_buffers", None)
-            if broadcast is None:  # torch before forward_sync_buffers
-                broadcast = getattr(ddp, "broadcast_buffers", True)
-            state["mode"] = AT_BROADCAST if broadcast else AT_EPOCH_END
+            state["mode"] = AT_BROADCAST if broadcasts(ddp) else AT_EPOCH_END
             state["first_epoch"] = trainer.current_epoch
             facts = {"fit": state["fit"], "mode": state["mode"], "names": names, "norm": norms}
             observe(check.name, trainer, facts)
@@ -124,8 +140,8 @@ class BuffersInSync(Check):
                 arm_on_broadcast(trainer, ddp, module)
 
         def arm_on_broadcast(trainer: Any, ddp: Any, module: Any) -> None:
-            def before_ddp(wrapper: Any, args: Any) -> None:
-                state["armed"] = trainer.training and will_broadcast(wrapper)
+            def before_ddp(wrapper: Any, args: Any) -> None:  # a loop's: the DDP module's mode
+                state["armed"] = (trainer or wrapper).training and will_broadcast(wrapper)
 
             def after_broadcast(inner: Any, args: Any) -> None:
                 # The first call of the module inside DDP's forward: right after the sync.
@@ -169,6 +185,7 @@ class BuffersInSync(Check):
             "on_fit_end": on_fit_end,
             "on_exception": release,
             "teardown": release,
+            **_loop_hooks(check.name, state, record, arm_on_broadcast, release),
         }
         return observer_class("BuffersInSyncObserver", hooks)()
 
@@ -290,3 +307,44 @@ class BuffersInSync(Check):
                 if self._differing(ranks, {name}) is not None:
                     names.discard(name)
         return equal
+
+
+def _loop_hooks(
+    check: str, state: dict[str, Any], record: Any, arm_on_broadcast: Any, release: Any
+) -> dict[str, Any]:
+    """The observer's hooks in a loop no Trainer runs, sharing its ``state`` and helpers."""
+
+    # In a loop no Trainer runs: the DistributedDataParallel module, found at the
+    # loop's first optimizer step, as replicas-in-sync finds it; one fit (0), its
+    # broadcasts (from the next step's forward on) or, without them, the end of the
+    # loop (``on_loop_end``: a program that averages them before returning is seen).
+    def on_loop_after_optimizer_step(self: Any, optimizer: Any) -> None:
+        if state["fit"] >= 0:
+            return  # found already (or a Trainer runs: its hooks observe)
+        state["fit"] = 0
+        modules = [m for ref in ddp_modules() if (m := ref()) is not None]
+        with_buffers = [m for m in modules if tracked_buffers(m.module, set())[0]]
+        if len(with_buffers) > 1:
+            cannot_judge(check, SEVERAL_MODULES)
+        if len(with_buffers) != 1:
+            return
+        ddp = with_buffers[0]
+        state["ignored"] = set(getattr(ddp, "parameters_to_ignore", ()) or ())
+        names, norms, _ = tracked_buffers(ddp.module, state["ignored"])
+        state["mode"] = AT_BROADCAST if broadcasts(ddp) else AT_EPOCH_END
+        state["loop_module"] = ddp.module
+        facts = {"fit": 0, "mode": state["mode"], "names": names, "norm": norms}
+        observe(check, None, facts)
+        if state["mode"] == AT_BROADCAST:
+            arm_on_broadcast(None, ddp, ddp.module)
+
+    def on_loop_end(self: Any) -> None:
+        module = state.pop("loop_module", None)
+        if module is not None and state["mode"] == AT_EPOCH_END:
+            record(None, module, AT_TRAINING_END, "loop")
+        release()
+
+    return {
+        "on_loop_after_optimizer_step": on_loop_after_optimizer_step,
+        "on_loop_end": on_loop_end,
+    }
