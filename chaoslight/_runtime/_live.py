@@ -104,6 +104,8 @@ class Counts:
         # and single calls of another step than the running one (a batch fetched ahead).
         self._runs: list[list[Any]] = []
         self._singles: list[tuple[str, int, int | None]] = []
+        # A watchdog's thread reads the counts while the training thread defers more.
+        self._lock = threading.RLock()
 
     @property
     def calls(self) -> Counter[str]:
@@ -132,28 +134,35 @@ class Counts:
 
     def add(self, site: str, rank: int, step: int | None) -> int:
         """Count a call of ``site`` matched against the schedule; its call number."""
-        self.settle()
-        self._count(((site, 1),), rank, (step,))
-        return self._calls[site]
+        with self._lock:
+            self.settle()
+            self._count(((site, 1),), rank, (step,))
+            return self._calls[site]
 
     def defer(self, calls: frozenset[tuple[str, int]], rank: int, step: int | None) -> None:
         """Count each ``(site, calls)`` at ``rank`` and ``step`` when the counts are read."""
-        runs = self._runs
-        if runs:
-            last = runs[-1]
-            if last[1] == calls and last[0] == rank:
-                last[2].append(step)
-                if len(last[2]) >= SETTLE_AFTER:  # a long run: bounded memory
-                    self.settle()
-                return
-        runs.append([rank, calls, [step]])
+        with self._lock:
+            runs = self._runs
+            if runs:
+                last = runs[-1]
+                if last[1] == calls and last[0] == rank:
+                    last[2].append(step)
+                    if len(last[2]) >= SETTLE_AFTER:  # a long run: bounded memory
+                        self.settle()
+                    return
+            runs.append([rank, calls, [step]])
 
     def defer_one(self, site: str, rank: int, step: int | None) -> None:
         """Count one call of ``site`` at ``rank`` and ``step`` when the counts are read."""
-        self._singles.append((site, rank, step))
+        with self._lock:
+            self._singles.append((site, rank, step))
 
     def settle(self) -> None:
         """Count what was deferred, in the order it came."""
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
         if self._runs:
             runs, self._runs = self._runs, []
             for rank, calls, steps in runs:
