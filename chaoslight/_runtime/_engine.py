@@ -286,7 +286,8 @@ class Engine:
             return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
         if site in self.live:
             return self._matched(site, wrapped, instance, args, kwargs, behaviour)
-        # The way through, inline: every armed call that cannot fire takes it.
+        # The way through, inline (``_moved`` spelled out: no frame): every armed call that
+        # cannot fire takes it.
         if self._steps() != self._read_steps or self._group() is not self._read_group:
             self._decide_again()  # the step or the rank may have changed
             if site in self.live:

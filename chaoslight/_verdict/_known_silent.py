@@ -31,7 +31,7 @@ from chaoslight._checks._reruns import faults_leave_training_alone
 from chaoslight._report import FAILED, PASSED, Outcome, RankResult
 from chaoslight._runtime import Event, Violation
 from chaoslight._runtime._evidence import OBSERVATION
-from chaoslight._verdict._known_frames import collective_ends
+from chaoslight._verdict._known_frames import collective_ends, traceback_frames
 from chaoslight._verdict._known_issue import NOTHING, Claimed
 from chaoslight._verdict._preemption import Delivery
 
@@ -175,17 +175,17 @@ def batch_sampler_rebuilt(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     return Claimed(ranks, _aspects(outcome, (REBUILT_BATCHES, SAMPLER_DROPPED)).violations)
 
 
-# The innermost frame of a traceback in torch's batching of samples (its collate or fetch).
-_COLLATION = re.compile(r'File "[^"]*torch[/\\]utils[/\\]data[/\\]_utils[/\\][^"]*"')
+# Where torch batches samples (its collate and fetch), as a traceback names the file.
+_COLLATION = re.compile(r"torch[/\\]utils[/\\]data[/\\]_utils[/\\]")
 
 
 def _failed_collating(result: RankResult) -> bool:
     """The rank failed with an error raised in torch's collation of a batch."""
     exc = result.exception
-    if result.status != FAILED or exc is None or not exc.traceback:
+    if result.status != FAILED or exc is None:
         return False
-    frames = re.findall(r'^\s*File "[^"]*"', exc.traceback, flags=re.MULTILINE)
-    return bool(frames) and _COLLATION.search(frames[-1]) is not None
+    frames = traceback_frames(exc.traceback)  # innermost first
+    return bool(frames) and _COLLATION.search(frames[0][0]) is not None
 
 
 def evaluation_shuffle_lost(outcome: Outcome, taken: list[Delivery]) -> Claimed:
