@@ -44,6 +44,9 @@ def contradictions(verdict: Verdict, outcome: Outcome) -> list[str]:
     for account in verdict.accounts:
         if account.symptom.rank is not None and account.symptom.rank not in ranks:
             found.append(f"accounts for rank {account.symptom.rank}, which did not run")
+    for account in verdict.accounts:
+        if " hung: " in account.symptom.what and "any end but a hang" in account.why:
+            found.append(f"explains a hang by a desync, which allows any end but a hang: {account}")
     if verdict.failed and verdict.known is None and not verdict.internal and not verdict.findings:
         found.append("failed as the program's, with no symptom the program owns")
     if verdict.known is not None and verdict.findings:

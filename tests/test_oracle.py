@@ -157,6 +157,20 @@ def test_a_hang_is_never_allowed_whatever_fired() -> None:
     assert judge(outcome([passed(1), hung(0)], [drop])).failed
 
 
+def test_a_hung_rank_under_a_desync_is_the_programs_in_the_accounts() -> None:
+    """A desync explains any end but a hang: the hung ranks (and no-hang's violation) are
+    the program's symptoms in the verdict's accounts, never "explained by" the flip."""
+    from chaoslight._verdict._result import By
+
+    flip = fired(0, "flip@fabric.forward rank=0 step=1")
+    stuck = Violation("no-hang", "hung: rank 0 waits in dist.all_reduce #4")
+    verdict = judge(outcome([hung(0), hung(1)], [flip], (stuck,)))
+    assert verdict.failed and verdict.rule == HANG_RULE
+    by = {account.symptom.what.split(":")[0]: account.by for account in verdict.accounts}
+    assert by == {"rank 0 hung": By.PROGRAM, "rank 1 hung": By.PROGRAM, "no-hang": By.PROGRAM}
+    assert not any("any end but a hang" in str(a) for a in verdict.accounts)
+
+
 def test_desync_fault_only_requires_that_nothing_hangs() -> None:
     """A dropped collective may fail the job and break every check: it only must not hang."""
     drop = fired(0, "drop_sync@dist.all_reduce rank=0 step=1")

@@ -20,7 +20,7 @@ that failed has at least one symptom the program owns, and one that passed has n
 
 from __future__ import annotations
 
-from chaoslight._report import PASSED, RELEASED, Outcome, RankResult
+from chaoslight._report import HUNG, PASSED, RELEASED, Outcome, RankResult
 from chaoslight._runtime import Violation, budget_of
 from chaoslight._schedule import Fault, Severity, clip
 from chaoslight._verdict._known_issue import KnownClaim
@@ -72,7 +72,8 @@ def account(
         else:
             result = ranks[symptom.rank] if symptom.rank is not None else None
             assert result is not None
-            accounts.append(_rank_end(symptom, result, hard, fired, desync, program))
+            rule = str(verdict.rule)
+            accounts.append(_rank_end(symptom, result, hard, fired, desync, program, rule))
     if verdict.failed and not any(a.by == By.PROGRAM for a in accounts):
         # The rule concerns the ranks together (an error swallowed on a rank that
         # returned, ranks that stopped apart, an internal error): its finding is the symptom.
@@ -100,6 +101,8 @@ def _violation(
 ) -> Account:
     if program and violation in verdict.violations:
         return Account(symptom, By.PROGRAM, str(verdict.rule))
+    if program and desync is not None and violation.check == "no-hang":
+        return Account(symptom, By.PROGRAM, str(verdict.rule))  # the one end a desync forbids
     if desync is not None:
         return Account(symptom, By.FAULT, f"the injected {desync} (a desync): only a hang counts")
     return Account(symptom, By.NOT_JUDGED, "the run was cut short: its checks are not judged")
@@ -112,6 +115,7 @@ def _rank_end(
     fired: list[tuple[int, Fault]],
     desync: Fault | None,
     program: bool,
+    rule: str,
 ) -> Account:
     own = hard.get(result.rank, [])
     stalled = [f for rank, f in fired if rank == result.rank and f.stalls]
@@ -119,8 +123,10 @@ def _rank_end(
         return Account(symptom, By.FAULT, f"the injected {stalled[0]} froze it")
     if own and ended_by_fault(result, own):
         return Account(symptom, By.FAULT, f"the injected {own[0]} ended it")
-    if desync is not None:
+    if desync is not None and result.status != HUNG:
         return Account(symptom, By.FAULT, f"the injected {desync} (a desync): any end but a hang")
+    if desync is not None and program:
+        return Account(symptom, By.PROGRAM, rule)  # hung: the one end a desync forbids
     if result.status == RELEASED:
         return Account(symptom, By.CONSEQUENCE, "a peer left it in a collective")
     if program:
