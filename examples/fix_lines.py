@@ -248,6 +248,7 @@ FIX_LINES: tuple[FixLine, ...] = (
     FixLine(
         "loops/plain_sigterm_barrier.py:train_buggy", "_emergency_save(net)  # the bug", "_train"
     ),
+    FixLine("loops/fabric_slow_epoch_rng.py:train_buggy", "generator=generator))", "_train"),
     FixLine("loops/fabric_spike_reduce.py:train_buggy", "if not every_step:  # the bug", "_train"),
     FixLine("loops/fabric_resume_scheduler.py:train_buggy", "# the bug is its absence", "_train"),
     FixLine(

@@ -262,3 +262,48 @@ def test_time_based_validation_is_clean_under_a_straggler(world2: World) -> None
             verdict = judge(outcome)
             assert verdict.known is not None, outcome.report()
             assert verdict.known.issue.key == "lightning-time-validation-apart", outcome.report()
+
+
+LOOPS = Path(__file__).resolve().parent.parent / "examples" / "loops"
+
+
+@pytest.mark.slow
+def test_in_a_loop_a_random_state_apart_under_a_straggler_is_found_and_its_twin_is_clean(
+    world2: World,
+) -> None:
+    """A Fabric loop (no Trainer): the values are read at each optimizer step's end. Under
+    a straggler, the loop whose rank 0 draws from the global RNG after a slow epoch breaks
+    the torch RNG state's agreement across ranks at the next epoch's first step (step 8:
+    eight steps an epoch); its twin with a generator of its own keeps every relation."""
+    straggler = Schedule.parse("delay@torch.backward rank=1 step=2 seconds=2.0")
+    for function, found in (("train_buggy", True), ("train_fixed", False)):
+        check = LearnedInvariants()
+        target = f"{LOOPS / 'fabric_slow_epoch_rng.py'}:{function}"
+        outcome = world2.run(target, straggler, timeout=60, checks=[check])
+        mine = [v for v in outcome.violations if v.check == NAME]
+        assert bool(mine) == found, outcome.report()
+        if found:
+            assert "the torch RNG state is equal across ranks" in mine[0].message
+            assert "broke at step 8 under delay@torch.backward" in mine[0].message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "schedule", ["reorder@dist.gradient_allreduce rank=*", "delay@torch.backward rank=0 step=1"]
+)
+def test_a_correct_batchnorm_loop_is_clean_under_benign_faults(
+    world2: World, schedule: str
+) -> None:
+    """A plain DDP loop whose running statistics differ across ranks between DDP's
+    broadcasts (never learned equal) and whose batch counters agree: no relation breaks."""
+    target = f"{Path(__file__).resolve().parent / 'loop_targets.py'}:plain_batchnorm_broadcast"
+    check = LearnedInvariants()
+    outcome = world2.run(target, Schedule.parse(schedule), timeout=60, checks=[check])
+    assert outcome.status == "passed" and not outcome.violations, outcome.report()
+    from chaoslight._checks._learned import _LEARNED
+
+    learned = _LEARNED[check][1]  # judged, not skipped: what the fault-free runs kept
+    assert {"lr:0", "counter:backwards", "rng:torch", "buffer:1.num_batches_tracked"} <= set(
+        learned.equal
+    )
+    assert "buffer:1.running_mean" not in learned.equal  # each rank's own until a broadcast

@@ -289,17 +289,18 @@ def test_a_loop_campaign_says_which_checks_follow_a_trainer_and_judged_nothing()
     from chaoslight._search._coverage import coverage
     from chaoslight._search._reach import Reach
 
-    names = ("learned-invariants", "no-hang", "finite-loss", "data-order", "buffers-in-sync")
+    loop_hooks = ("finite-loss", "data-order", "buffers-in-sync", "learned-invariants")
+    names = ("disjoint-shards", "no-hang", *loop_hooks)
     checks = [check_from_name(name) for name in names]
     loop = coverage(Reach((("torch.backward", 0),), loop=True), [Schedule()], checks)
     line = loop.line()
-    assert "no Trainer ran" in line and "learned-invariants" in line
+    assert "no Trainer ran" in line and "disjoint-shards" in line
     unjudged = line.split("but", 1)[1]
     assert "no-hang" not in unjudged  # judged from the ranks' ends: it did
-    for judged in ("finite-loss", "data-order", "buffers-in-sync"):  # loop hooks
+    for judged in loop_hooks:
         assert judged not in unjudged
     said = line.split("but", 1)[0]  # the checks that did judge the loop are named
-    assert "by finite-loss, data-order, buffers-in-sync at its steps" in said
+    assert f"by {', '.join(loop_hooks)} at its steps" in said
     fit = coverage(Reach((("lightning.training_step", 0),)), [Schedule()], checks)
     assert "no Trainer ran" not in fit.line()
 

@@ -180,6 +180,26 @@ def test_the_abort_probe_takes_rank_0s_group_at_the_first_reduction_of_a_trainin
     assert no_reduction.probes(2, ["pg_abort"]) == []
 
 
+def test_the_flip_probe_spikes_rank_0s_loss_before_the_second_steps_loss() -> None:
+    """One flip on rank 0, before the loss of the first step an optimizer step made the
+    parameters of: the model's forward in a Trainer or a Fabric loop, the batch's fetch in
+    a plain loop (its backward comes after the loss); none without a second step there or
+    where flip is not drawn."""
+    trainer = Reach(points=tuple(("lightning.training_step", s) for s in (0, 1, 2)))
+    fabric = Reach(points=tuple(("fabric.forward", s) for s in (2, 0, 1)))
+    plain = Reach(
+        points=tuple((site, s) for site in ("torch.backward", "torch.next_batch") for s in (0, 1))
+    )
+    texts = [[str(s) for s in r.probes(2, ["flip"])] for r in (trainer, fabric, plain)]
+    assert texts == [
+        ["flip@lightning.training_step rank=0 step=1"],
+        ["flip@fabric.forward rank=0 step=1"],
+        ["flip@torch.next_batch rank=0 step=1"],
+    ]
+    assert trainer.probes(2, ["delay"]) == []
+    assert Reach(points=(("fabric.forward", 0),)).probes(2, ["flip"]) == []
+
+
 def test_a_check_that_cannot_judge_the_program_says_so_once_in_the_coverage() -> None:
     """replicas-in-sync in a loop with no DistributedDataParallel module (FSDP, or no
     process group) says at its first optimizer step that it has nothing to compare, once;

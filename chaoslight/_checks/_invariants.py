@@ -205,7 +205,7 @@ class ReplicasInSync(Check):
             facts = {"fit": 0, "names": [n for n, _ in items], "sums": sums, "sizes": sizes}
             facts |= {"parameters": len(items), "optimizer_steps": loop["steps"]}
             facts["backwards"] = loop["backwards"]  # a step skipped shows as more of these
-            facts["lrs"] = [_rate(group.get("lr")) for group in optimizer.param_groups]
+            facts["lrs"] = rates_of([optimizer])
             observe(check.name, None, facts)
 
         hooks = {
@@ -293,17 +293,18 @@ def _rate(rate: Any) -> float | None:
         return None
 
 
-def learning_rates(trainer: Any) -> list[float | None]:
+def rates_of(optimizers: Any) -> list[float | None]:
     """Every param group's learning rate, optimizer by optimizer."""
-    rates: list[float | None] = []
-    for optimizer in getattr(trainer, "optimizers", []) or []:
-        for group in getattr(optimizer, "param_groups", []):
-            rate = group.get("lr")
-            try:
-                rates.append(None if rate is None else float(rate))
-            except (TypeError, ValueError):
-                rates.append(None)
-    return rates
+    return [
+        _rate(group.get("lr"))
+        for optimizer in optimizers or []
+        for group in getattr(optimizer, "param_groups", [])
+    ]
+
+
+def learning_rates(trainer: Any) -> list[float | None]:
+    """Every param group's learning rate of the Trainer's optimizers."""
+    return rates_of(getattr(trainer, "optimizers", []))
 
 
 def _apart(ranks: dict[int, dict[str, Any]], key: str) -> str:

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._checks._base import Check, Evidence, Violation, observe, observer_class
-from chaoslight._checks._invariants import learning_rates, quietly, summaries
+from chaoslight._checks._invariants import (
+    ddp_modules,
+    learning_rates,
+    quietly,
+    rates_of,
+    summaries,
+)
 from chaoslight._checks._learned_relations import (
     AT_EPOCH,
     AT_STEP,
@@ -173,6 +179,82 @@ def parameter_values(module: Any) -> dict[str, str]:
     return {f"parameter:{n}": _checksum(s) for (n, _), s in zip(named, sums, strict=True)}
 
 
+def loop_step_values(optimizers: list[Any], modules: list[Any], backwards: int) -> dict[str, Any]:
+    """The values tracked at a loop's step end: the learning rate of every param group of
+    the optimizers stepped so far (in the order they first stepped), the backwards run,
+    the buffers of the DistributedDataParallel modules and the global RNG states."""
+    values: dict[str, Any] = {f"lr:{i}": rate for i, rate in enumerate(rates_of(optimizers))}
+    values["counter:backwards"] = backwards
+    several = len(modules) > 1
+    buffers = [
+        (f"{index}.{name}" if several else name, b)
+        for index, module in enumerate(modules)
+        for name, b in module.named_buffers()
+        if b is not None
+    ]
+    if buffers:
+        sums = summaries([b.detach() for _, b in buffers], bits=True)
+        values |= {f"buffer:{n}": _checksum(s) for (n, _), s in zip(buffers, sums, strict=True)}
+    return values | rng_digests()
+
+
+def _loop_hooks(check: str) -> dict[str, Any]:
+    """The observer's hooks in a loop no Trainer runs (Fabric, plain PyTorch): the values
+    at each optimizer step's end, a parameter checksum when the loop ends; one fit (0).
+
+    The optimizers and the DistributedDataParallel modules are kept by weak reference; the
+    modules are found once, at the first optimizer step (``ddp_modules``), as
+    replicas-in-sync finds them. With no Trainer there are no logged metrics or counters
+    but the backwards run: the step itself is the loop's (``_runtime/_loop_steps``)."""
+    state: dict[str, Any] = {"optimizers": [], "modules": None, "backwards": 0}
+
+    def live(refs: list[Any]) -> list[Any]:
+        return [item for ref in refs if (item := ref()) is not None]
+
+    def on_loop_backward(self: Any, tensors: Any) -> None:
+        state["backwards"] += 1
+
+    def on_loop_after_optimizer_step(self: Any, optimizer: Any) -> None:
+        if state["modules"] is None:
+            state["modules"] = ddp_modules()
+        if all(ref() is not optimizer for ref in state["optimizers"]):
+            state["optimizers"].append(weakref.ref(optimizer))
+        modules = [ddp.module for ddp in live(state["modules"])]
+        with quietly():
+            values = loop_step_values(live(state["optimizers"]), modules, state["backwards"])
+        observe(check, None, {"fit": 0, "at": "step", "values": values})
+
+    def on_loop_end(self: Any) -> None:
+        optimizers = live(state["optimizers"])
+        if not optimizers:
+            return  # the loop never stepped: nothing trained
+        with quietly():
+            values = parameter_values(_Parameters(optimizers))
+        observe(check, None, {"fit": 0, "at": "epoch", "values": values})
+
+    return {
+        "on_loop_backward": on_loop_backward,
+        "on_loop_after_optimizer_step": on_loop_after_optimizer_step,
+        "on_loop_end": on_loop_end,
+    }
+
+
+class _Parameters:
+    """The parameters the loop's optimizers step, named as ``parameter_values`` reads a
+    module's (optimizer, param group and position: no module names in a loop)."""
+
+    def __init__(self, optimizers: list[Any]) -> None:
+        self._optimizers = optimizers
+
+    def named_parameters(self) -> list[tuple[str, Any]]:
+        return [
+            (f"{k}.param_groups[{g}][{i}]", param)
+            for k, optimizer in enumerate(self._optimizers)
+            for g, group in enumerate(optimizer.param_groups)
+            for i, param in enumerate(group["params"])
+        ]
+
+
 def table_of(evidence: Evidence, check: str) -> ValueTable:
     """The run's observations as a table: point -> rank -> values (the first per rank)."""
     table: ValueTable = {}
@@ -226,6 +308,7 @@ class LearnedInvariants(Check):
             "on_fit_start": on_fit_start,
             "on_train_batch_end": on_train_batch_end,
             "on_train_epoch_end": on_train_epoch_end,
+            **_loop_hooks(check.name),
         }
         return observer_class("LearnedInvariantsObserver", hooks)()
 

@@ -29,6 +29,7 @@ from chaoslight._schedule import (
     SITES,
     Delay,
     Fault,
+    Flip,
     InvalidArgument,
     PgAbort,
     Preempt,
@@ -67,6 +68,9 @@ Point = tuple[str, "int | None"]  # (site, step); a None step means "whenever it
 TRAINING_STEP_SITES = ("lightning.training_step", "torch.backward")
 # Where an OOM handler's try sits: the model's forward, else the step around it.
 FORWARD_SITES = ("lightning.forward", "lightning.training_step", "fabric.forward", "torch.backward")
+# Where a step's loss is yet to be computed: a plain loop's forward is no site, its batch's
+# fetch is (the backward comes after the loss).
+BEFORE_LOSS_SITES = (*FORWARD_SITES[:3], "torch.next_batch")
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,10 @@ class Reach:
           checkpoint lost), and the same with the restart's checkpoint read failing on the
           last rank: a resume that falls back alone;
         - a rank frozen for good at the first step of each user hook that is not per batch:
-          a peer waiting for it with no deadline outside a collective.
+          a peer waiting for it with no deadline outside a collective;
+        - a bit flipped on rank 0 before the loss of the second step, so that its loss alone
+          is infinite: a collective called, or skipped, on the condition of a rank's own
+          loss.
         """
         found = [Schedule([oom]) for oom in self._oom_probes(world_size, kinds)]
         found += [Schedule([fault]) for fault in self._caught_probes(world_size, kinds)]
@@ -173,6 +180,7 @@ class Reach:
         found += self._crash_in_save_probes(world_size, kinds)
         found += self._resume_probes(world_size, kinds)
         found += [Schedule([fault]) for fault in self._freeze_probes(world_size, kinds)]
+        found += [Schedule([flip]) for flip in self._flip_probes(kinds)]
         saves = [point for point in self.points if point[0] == "torch.save"]
         first_save = saves[0] if saves else None  # one slow write per rank: each costs 1 s
         for site, step in self.points:
@@ -278,6 +286,19 @@ class Reach:
         ranks: list[int | None] = [*range(world_size), None]  # None: every rank at once
         # The earliest step: what the shrinker would reach anyway.
         return [OOM(site=site, rank=rank, step=steps[0]) for rank in ranks]
+
+    def _flip_probes(self, kinds: Iterable[str]) -> list[Fault]:
+        """A flaky GPU on rank 0 before the loss of the second training step (the first
+        whose parameters an optimizer step made; in a plain loop, at its batch's fetch):
+        the exponent bit of the first element of
+        the first parameter, which makes a weight below 1 in magnitude about 2**128 times
+        larger, so that rank's loss alone goes to infinity. A program that branches on its
+        own loss (a spike monitor that all-reduces only then, a skip of a non-finite batch)
+        calls or skips a collective on that rank alone."""
+        site, steps = self._first_with_steps(BEFORE_LOSS_SITES)
+        if Flip.kind not in kinds or len(steps) < 2:
+            return []
+        return [Flip(site=site, rank=0, step=steps[1])]
 
     def _first_with_steps(self, sites: Sequence[str]) -> tuple[str, list[int]]:
         """The first of ``sites`` reached at some step, with its steps in order."""

@@ -7,7 +7,8 @@ them with the schedule that reveals each bug (empty: it shows with no fault); th
 schedules use the loop's steps (its optimizer steps: ``docs/explanation/injection.md``).
 A ``silent`` bug fails no rank under its schedule: ``check`` finds it (a resume that
 loses state: ``restart-equivalence`` compares the restarted job with an uninterrupted one
-step by step; a shuffle that never moves: ``data-order``). Importing this package needs
+step by step; a shuffle that never moves: ``data-order``; a random state apart under a
+straggler: ``learned-invariants``). Importing this package needs
 neither torch nor Lightning. See README.md.
 """
 
@@ -104,7 +105,15 @@ LOOPS: tuple[Loop, ...] = (
         "plain_fsdp_rank0_save",
         "under FSDP (fully_shard) rank 0 alone gathers the full state dict for a checkpoint",
     ),
+    Loop(
+        "fabric_slow_epoch_rng",
+        "rank 0 draws from the global RNG after a slow epoch: the ranks' LayerDrop apart",
+        "delay@torch.backward rank=1 step=2 seconds=2.0",
+        silent=True,
+        check="learned-invariants",
+    ),
     Loop("fabric_ok_accumulate", ""),
+    Loop("fabric_ok_model_parallel", ""),
     Loop("fabric_ok_validation", ""),
     Loop("fabric_ok_all_gather", ""),
     Loop("fabric_ok_iterable", ""),

@@ -37,10 +37,10 @@ def sharded_loader(epoch: int = 0, data: TensorDataset | None = None) -> DataLoa
     return DataLoader(data, batch_size=BATCH, sampler=sampler)
 
 
-def fabric(**options: Any) -> Any:
+def fabric(strategy: Any = "ddp", **options: Any) -> Any:
     """A launched 2-rank Fabric on CPU (the World's process group is its own)."""
     from lightning.fabric import Fabric
 
-    runner = Fabric(accelerator="cpu", devices=dist.get_world_size(), strategy="ddp", **options)
+    runner = Fabric(accelerator="cpu", devices=dist.get_world_size(), strategy=strategy, **options)
     runner.launch()
     return runner
