@@ -99,3 +99,18 @@ def test_the_bug_shows_under_its_schedule_and_the_twin_survives_it(world2: Any, 
         assert [v.check for v in buggy.violations] == [loop.check], buggy.report()
     verdict = judge(buggy)
     assert verdict.failed and verdict.known is None, (verdict.reason, buggy.report())
+
+
+@pytest.mark.slow
+def test_the_flip_probe_finds_a_collective_under_a_ranks_own_loss_spike(world2: Any) -> None:
+    """fabric_spike_reduce all-reduces the loss only when the rank's own loss spikes: the
+    default search's flip probe (rank 0, before the second step's loss) makes it spike on
+    rank 0 alone, which then waits in that all-reduce while its peer is in the next
+    gradient all-reduce. Found among the probes, minimal at once."""
+    import chaoslight
+
+    (loop,) = [loop for loop in LOOPS if loop.name == "fabric_spike_reduce"]
+    _, failure = chaoslight.fuzz(loop.target("train_buggy"), world=world2, max_examples=20, seed=0)
+    assert failure is not None
+    assert [str(f) for f in failure.schedule] == ["flip@fabric.forward rank=0 step=1"]
+    assert "runner.all_reduce(value" in failure.reason, failure.reason

@@ -39,7 +39,7 @@ def train() -> float:
 
     runner = fabric(ModelParallelStrategy(_shard))
     net = runner.setup_module(model())
-    optimizer = runner.setup_optimizers(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9))
+    optimizer = runner.setup_optimizers(torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
     loader = runner.setup_dataloaders(DataLoader(dataset(), batch_size=BATCH, shuffle=True))
     state: dict[str, Any] = {"model": net, "optimizer": optimizer, "epoch": 0}
     if os.path.isdir(PATH):  # every rank sees the folder: the World's ranks share a cwd
