@@ -12,7 +12,10 @@ are described in ``ARCHITECTURE.md``.
 
 import typing as _typing
 
-from chaoslight import checks, strategies
+# strategies/ installs as chaoslight.strategies (setup.py): imported by its full name, which
+# mypy, reading the source tree where it sits apart, treats as an installed module.
+import chaoslight.strategies as strategies
+from chaoslight import checks
 from chaoslight._report import Outcome
 from chaoslight._runtime import Event, HangDetected, Injection, Run, Watchdog, inject, mark_step
 from chaoslight._schedule import (
