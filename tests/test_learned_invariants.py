@@ -307,3 +307,29 @@ def test_a_correct_batchnorm_loop_is_clean_under_benign_faults(
         learned.equal
     )
     assert "buffer:1.running_mean" not in learned.equal  # each rank's own until a broadcast
+
+
+def test_a_loops_values_are_read_at_each_optimizer_steps_end_and_its_parameters_at_its_end() -> (
+    None
+):
+    """In a loop no Trainer runs the observer's loop hooks record, per optimizer step, the
+    learning rates of the optimizers stepped so far, the backwards run and the random
+    states; and when the loop ends a parameter sample, named by optimizer and group."""
+    import torch
+
+    import chaoslight
+
+    observer = LearnedInvariants().observer()
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with chaoslight.inject(Schedule()) as run:
+        for _ in range(2):
+            observer.on_loop_backward([])
+            observer.on_loop_after_optimizer_step(optimizer)
+        observer.on_loop_end()
+    facts = [json.loads(e.detail) for e in run.events if e.kind == OBSERVATION and e.site == NAME]
+    steps = [f["values"] for f in facts if f["at"] == "step"]
+    assert [(v["lr:0"], v["counter:backwards"]) for v in steps] == [(0.1, 1), (0.1, 2)]
+    assert {"rng:torch", "rng:numpy", "rng:python"} <= set(steps[0])
+    (end,) = [f["values"] for f in facts if f["at"] == "epoch"]
+    assert sorted(end) == ["parameter:0.param_groups[0][0]", "parameter:0.param_groups[0][1]"]
