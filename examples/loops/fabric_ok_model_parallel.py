@@ -2,9 +2,14 @@
 
 Each rank holds a shard of every parameter (torch's ``fully_shard`` on each layer and the
 whole model, over the strategy's data-parallel mesh). After each epoch every rank takes
-part in ``fabric.save`` of a distributed checkpoint (a folder, a shard per rank); a
-restarted job loads it with ``fabric.load`` on every rank and goes on at the next epoch,
-its loaders reshuffled for that epoch as a run without the restart would have them.
+part in ``fabric.save`` of a distributed checkpoint into a folder of its own
+(``state-<epoch>``, a shard per rank); once every rank has written its shard, rank 0 points
+``latest.txt`` at it (written aside and renamed: a crash leaves the old pointer whole). A
+restarted job loads the checkpoint the pointer names with ``fabric.load`` on every rank and
+goes on at the next epoch. Saving over the previous folder in place is the bug chaoslight
+found in this program's first version: a crash inside a shard's write (``restarts 1`` +
+``crash@torch.save rank=0 step=16``) left a folder that is no checkpoint, and the restart
+failed "The path 'state' does not point to a valid checkpoint".
 
 Lightning's own ``FSDPStrategy`` (FSDP1) refuses a CPU (``FSDP is only available on
 GPU``, Lightning 2.6); ``ModelParallelStrategy`` builds its device mesh on the CPU and
@@ -21,7 +26,7 @@ from _loop_common import BATCH, dataset, fabric, model
 from torch.utils.data import DataLoader
 
 EPOCHS = 3
-PATH = "state"  # a folder: one shard per rank
+LATEST = "latest.txt"  # names the last complete checkpoint folder
 
 
 def _shard(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
@@ -42,8 +47,9 @@ def train() -> float:
     optimizer = runner.setup_optimizers(torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
     loader = runner.setup_dataloaders(DataLoader(dataset(), batch_size=BATCH, shuffle=True))
     state: dict[str, Any] = {"model": net, "optimizer": optimizer, "epoch": 0}
-    if os.path.isdir(PATH):  # every rank sees the folder: the World's ranks share a cwd
-        runner.load(PATH, state)
+    if os.path.exists(LATEST):  # every rank sees it: the World's ranks share a directory
+        with open(LATEST) as pointer:
+            runner.load(pointer.read().strip(), state)
     loss = torch.zeros(())
     for epoch in range(int(state["epoch"]), EPOCHS):
         loader.sampler.set_epoch(epoch)  # Fabric sets it too; a resumed job starts here
@@ -53,5 +59,11 @@ def train() -> float:
             optimizer.step()
             optimizer.zero_grad()
         state["epoch"] = epoch + 1
-        runner.save(PATH, state)  # every rank: each writes its shard
+        folder = f"state-{epoch + 1}"
+        runner.save(folder, state)  # every rank: each writes its shard
+        runner.barrier()  # every shard written before the pointer moves
+        if runner.global_rank == 0:
+            with open(LATEST + ".tmp", "w") as pointer:
+                pointer.write(folder)
+            os.replace(LATEST + ".tmp", LATEST)
     return float(runner.all_reduce(loss.detach(), reduce_op="mean"))
