@@ -257,6 +257,7 @@ FIX_LINES: tuple[FixLine, ...] = (
         "_train",
     ),
     FixLine("loops/plain_no_set_epoch.py:train_buggy", "if set_epoch:", "_train"),
+    FixLine("loops/plain_skip_nonfinite.py:train_buggy", "if agree:", "_train"),
     # examples/known_issues: the one whose bug is the program's, not Lightning's
     FixLine("known_issues/preemption_own_bug.py:train_buggy", "if self.rank_zero_only:  # the bug"),
 )

@@ -112,6 +112,11 @@ LOOPS: tuple[Loop, ...] = (
         silent=True,
         check="learned-invariants",
     ),
+    Loop(
+        "plain_skip_nonfinite",
+        "a batch whose loss is not finite is skipped on the rank that saw it, alone",
+        "flip@torch.next_batch rank=0 step=1",
+    ),
     Loop("fabric_ok_accumulate", ""),
     Loop("fabric_ok_model_parallel", ""),
     Loop("fabric_ok_validation", ""),
