@@ -100,6 +100,25 @@ def test_before_the_first_backward_a_plain_site_has_no_step(tmp_path: Path) -> N
     assert run.reached[("torch.save", 0)] == STEPS + 1  # the rank's calls, the one before too
 
 
+def test_torchs_own_optimizer_step_in_a_state_dicts_initialisation_is_no_training_step() -> None:
+    """Reading a distributed optimizer state dict of an optimizer with no state yet, torch
+    steps it once with zero gradients and every learning rate 0 (FSDP2's and Fabric's
+    save and load): no step of the program's. Its steps stay 0..3, the optimizer-step
+    site is reached at those only, and a fault there fires at the program's own step."""
+    from torch.distributed.checkpoint import state_dict
+
+    schedule = Schedule([Delay(0.0, site="torch.optimizer_step", step=1)])
+    with chaoslight.inject(schedule, checks=[ReachRecorder()]) as run:
+        model = torch.nn.Linear(3, 1)
+        state_dict._init_optim_state(torch.optim.SGD(model.parameters(), lr=0.1))
+        plain_loop()
+    facts = [json.loads(e.detail) for e in run.events if e.kind == OBSERVATION]
+    assert [f["steps"]["torch.optimizer_step"] for f in facts if "steps" in f] == [[0, 1, 2, 3]]
+    assert fired(run) == [("torch.optimizer_step", 1)]
+    assert state_dict._init_optim_state.__module__ == state_dict.__name__  # patched, then put back
+    assert not hasattr(state_dict._init_optim_state, "__wrapped__")
+
+
 def test_the_programs_own_marks_end_steps_once_it_marks() -> None:
     """Two optimizers per batch would count two steps; marks count one per batch."""
     schedule = Schedule([Raise("ValueError", ("x",), site="torch.backward", step=3)])

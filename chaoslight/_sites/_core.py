@@ -79,6 +79,9 @@ class Dispatcher(Protocol):
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
 
+    def is_internal(self) -> bool:
+        """True in a thread inside ``internal()``."""
+
 
 class _State:
     dispatcher: Dispatcher | None = None

@@ -13,7 +13,12 @@ Lightning's own step counter wins and the loop's is never read.
 - a DataLoader iterator's ``__next__``, defined once on ``_BaseDataLoaderIter``;
 - every optimizer's ``step``: torch's own global step hooks (a pre-hook, where the site's
   faults fire before the parameters change, and a post-hook, where the step ends), which
-  reach every ``torch.optim`` optimizer, whatever wraps it.
+  reach every ``torch.optim`` optimizer, whatever wraps it;
+- ``torch.distributed.checkpoint.state_dict._init_optim_state``: to read or load a
+  distributed optimizer state dict of an optimizer with no state yet, torch steps it once
+  with zero gradients and every learning rate 0 (Fabric's and FSDP2's ``load`` and
+  ``save``). That step is torch's, not the program's: it runs as chaoslight's own calls
+  (``Dispatcher.internal``), so it is no training step, fires no fault, and no check sees it.
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ _optimizer_site = loop_site("torch.optimizer_step", LOOP_BEHAVIOUR)
 def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     __tracebackhide__ = True
     dispatcher = STATE.dispatcher
-    if dispatcher is None:
+    if dispatcher is None or dispatcher.is_internal():
         return
     dispatcher.training_began()
     _optimizer_site(_nothing, optimizer, (), {})
@@ -125,9 +130,21 @@ def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
 
 def _after_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     dispatcher = STATE.dispatcher
-    if dispatcher is not None:
+    if dispatcher is not None and not dispatcher.is_internal():
         dispatcher.tell_loop_observers("on_loop_after_optimizer_step", optimizer)
         dispatcher.step_ended(optimizer)
+
+
+def _torch_own_step(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """torch's optimizer state initialisation: its step is torch's own (module docstring)."""
+    __tracebackhide__ = True
+    dispatcher = STATE.dispatcher
+    if dispatcher is None:
+        return wrapped(*args, **kwargs)
+    with dispatcher.internal():
+        return wrapped(*args, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -168,6 +185,13 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         "register_optimizer_step_pre_hook",
         site_wrapper("torch.optimizer_step"),  # unused: the hooks call the dispatcher
         sites=frozenset({"torch.optimizer_step"}),
+        always=True,
+    ),
+    PatchPoint(
+        "torch:init_optim_state",
+        ("torch.distributed.checkpoint.state_dict",),  # called by its bare name there
+        "_init_optim_state",
+        _torch_own_step,
         always=True,
     ),
     PatchPoint(

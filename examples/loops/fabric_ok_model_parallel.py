@@ -9,7 +9,12 @@ restarted job loads the checkpoint the pointer names with ``fabric.load`` on eve
 goes on at the next epoch. Saving over the previous folder in place is the bug chaoslight
 found in this program's first version: a crash inside a shard's write (``restarts 1`` +
 ``crash@torch.save rank=0 step=16``) left a folder that is no checkpoint, and the restart
-failed "The path 'state' does not point to a valid checkpoint".
+failed "The path 'state' does not point to a valid checkpoint". The loader is a plain
+``DataLoader`` over the program's own ``DistributedSampler``, set to each epoch: one from
+``fabric.setup_dataloaders`` sets its sampler's epoch (its own, or the program's) to the
+number of passes the wrapper has begun, whatever the program set, and that count starts
+from 0 in a restarted job, so the resumed epoch would read epoch 0's order (found by
+``restart-equivalence`` under ``restarts 1`` + ``crash@torch.backward rank=0 step=17``).
 
 Lightning's own ``FSDPStrategy`` (FSDP1) refuses a CPU (``FSDP is only available on
 GPU``, Lightning 2.6); ``ModelParallelStrategy`` builds its device mesh on the CPU and
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 from _loop_common import BATCH, dataset, fabric, model
 from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
 EPOCHS = 3
 LATEST = "latest.txt"  # names the last complete checkpoint folder
@@ -42,17 +48,24 @@ def _shard(module: torch.nn.Module, mesh: Any) -> torch.nn.Module:
 def train() -> float:
     from lightning.fabric.strategies import ModelParallelStrategy
 
-    runner = fabric(ModelParallelStrategy(_shard))
+    # Every rank in the data-parallel dimension: "auto" would make it the node count (1)
+    # and leave each rank training alone on the whole data set.
+    world = torch.distributed.get_world_size()
+    runner = fabric(ModelParallelStrategy(_shard, data_parallel_size=world, tensor_parallel_size=1))
     net = runner.setup_module(model())
     optimizer = runner.setup_optimizers(torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9))
-    loader = runner.setup_dataloaders(DataLoader(dataset(), batch_size=BATCH, shuffle=True))
+    # The program's own sampler, set to each epoch: a loader from ``setup_dataloaders``
+    # sets its sampler's epoch to its own count of passes over it when a pass begins, which
+    # starts from 0 again in a restarted job (the docstring).
+    sampler: DistributedSampler[int] = DistributedSampler(dataset(), shuffle=True, seed=0)
+    loader = DataLoader(sampler.dataset, batch_size=BATCH, sampler=sampler)
     state: dict[str, Any] = {"model": net, "optimizer": optimizer, "epoch": 0}
     if os.path.exists(LATEST):  # every rank sees it: the World's ranks share a directory
         with open(LATEST) as pointer:
             runner.load(pointer.read().strip(), state)
     loss = torch.zeros(())
     for epoch in range(int(state["epoch"]), EPOCHS):
-        loader.sampler.set_epoch(epoch)  # Fabric sets it too; a resumed job starts here
+        sampler.set_epoch(epoch)  # a resumed job's first epoch reads its own order
         for x, y in loader:
             loss = torch.nn.functional.mse_loss(net(x), y)
             runner.backward(loss)
