@@ -201,6 +201,24 @@ def test_an_exception_raised_inside_chaoslight_is_an_internal_error() -> None:
         assert not judge(outcome([marked, passed(1)])).internal
 
 
+def test_a_traceback_quoted_in_an_errors_message_is_not_where_the_error_was_raised() -> None:
+    """torch's distributed checkpoint raises on every rank a CheckpointException whose
+    message carries the failing rank's traceback: there the injected OSError, raised in a
+    chaoslight frame. The rank's own innermost frame is torch's: no internal error."""
+    import chaoslight._runtime._actions as actions
+
+    quoted = (
+        "CheckpointException ranks:dict_keys([1])\nTraceback (most recent call last): (RANK 1)\n"
+        f'  File "{actions.__file__}", line 80, in fire\n    raise mark(error)\n'
+        "OSError: [Errno 28] No space left on device"
+    )
+    frame = '  File "/torch/distributed/checkpoint/utils.py", line 212, in reduce_scatter\n'
+    tb = f"Traceback (most recent call last):\n{frame}    raise result\n"
+    tb += f"CheckpointException: {quoted}"
+    verdict = judge(outcome([raised(0, "CheckpointException", quoted, tb=tb), passed(1)]))
+    assert not verdict.internal, verdict.reason
+
+
 def test_an_error_of_a_patched_c_function_is_the_functions_not_chaoslights() -> None:
     """A patched C function (``Work.wait``: a gloo timeout) has no frame of its own: the
     innermost frame is the site wrapper's call of it, and the error is not internal; an

@@ -100,13 +100,17 @@ def never_fired_notes(outcome: Outcome) -> tuple[str, ...]:
 def internal_error(outcome: Outcome) -> str | None:
     """A rank's exception whose innermost frame is chaoslight's own and that chaoslight did
     not raise on purpose (the runtime marks what it raises on purpose: ``ExceptionInfo
-    .deliberate``), if any. The innermost frame is the last of the formatted traceback:
-    that of the exception the rank ended with."""
+    .deliberate``), if any. The innermost frame is the last of the formatted traceback
+    before the exception's own message: that of the exception the rank ended with (a
+    message may quote another traceback: torch's distributed checkpoint raises on every
+    rank an error that carries the failing rank's, an injected error's among them)."""
     for result in outcome.ranks:
         exc = result.exception
         if exc is None or result.status == RELEASED or exc.deliberate:
             continue
-        frames = _FRAME.findall(exc.traceback or "")
+        text = exc.traceback or ""
+        quoted = text.rfind(exc.message) if exc.message else -1
+        frames = _FRAME.findall(text[:quoted] if quoted > 0 else text)
         if not frames:
             continue
         filename, function, line = frames[-1]
