@@ -129,6 +129,7 @@ LIGHTNING_ONLY = {
     "custom_sampler_order": "train",
     "batch_sampler_rebuilt": "train",
     "eval_batch_sampler_shuffle": "train",
+    "resume_workers_epoch_zero": "train",
 }
 
 

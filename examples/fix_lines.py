@@ -36,6 +36,7 @@ FRAMEWORK_BUGS: frozenset[str] = frozenset(
         "known_issues/iteration_resume.py:train",
         "known_issues/on_exception_checkpoint.py:train",
         "known_issues/resume_repeats_batch.py:train",
+        "known_issues/resume_workers_epoch_zero.py:train",
         "known_issues/sigterm_beside_faults.py:train",
         "known_issues/sigterm_exit_zero.py:train_buggy",
         "known_issues/static_graph_manual.py:train",

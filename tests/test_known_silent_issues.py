@@ -231,8 +231,15 @@ def test_framework_facts_record_the_release_and_shape_a_fit_runs(tmp_path: Any) 
         callbacks=[FrameworkFacts().observer()],
     )
     trainer.fit(Manual(), DataLoader(TensorDataset(torch.ones(4, 2)), batch_size=2))
+    loader = {"train_batches": 2, "train_workers": 0, "train_set_epoch": False}
     assert seen == [
-        facts(lightning.__version__, automatic_optimization=False, val_check_seconds=None)
+        facts(
+            lightning.__version__,
+            automatic_optimization=False,
+            val_check_seconds=None,
+            global_step=0,
+            **loader,
+        )
     ]
 
 
@@ -771,3 +778,90 @@ def test_restart_equivalence_counts_optimizer_steps_not_zero_grad_calls() -> Non
         f"{prefix}.step.total.completed": 8,
         "epoch_progress.total.completed": 2,
     }
+
+
+# -- workers and an epoch-end resume: TrainingEpochLoop keeps setup_data's iterator (#21938) --
+
+WORKERS = "lightning-resume-workers-epoch-zero"
+# Resumed at step 4 from an epoch-end last.ckpt (epoch 0 complete): 4 batches an epoch, a
+# DataLoader with 2 workers over a DistributedSampler.
+EPOCH_START_WITH_WORKERS: dict[str, Any] = {
+    "resumed": True,
+    "processed": 4,
+    "completed": 4,
+    "global_step": 4,
+    "epoch_processed": 1,
+    "epoch_completed": 1,
+    "max_steps": -1,
+    "train_batches": 4,
+    "train_workers": 2,
+    "train_set_epoch": True,
+}
+
+
+def other_samples(step: int = 4) -> Violation:
+    return Violation(
+        "restart-equivalence",
+        f"rank 0 trained other samples at step {step} (epoch 1, batch 0) after the resume",
+        rank=0,
+        step=step,
+        aspect="samples",
+    )
+
+
+def other_weights() -> Violation:
+    return Violation(
+        "restart-equivalence",
+        "parameter 'net.weight' ends differently than in an uninterrupted run",
+        rank=0,
+        step=11,
+        aspect="weights",
+    )
+
+
+@pytest.mark.parametrize("version", ["2.5.3", "2.6.6"])
+def test_the_first_resumed_epoch_with_workers_on_epoch_zeros_order_is_lightnings(
+    version: str,
+) -> None:
+    """Resumed at an epoch's start with loader workers and an epoch-setting sampler, the
+    samples of the first resumed epoch, and the weights they leave, are Lightning's."""
+    found = match_known(restarted(EPOCH_START_WITH_WORKERS, [other_samples(), other_weights()]))
+    assert found is not None and found.issue.key == WORKERS
+    assert set(found.claimed.violations) == {other_samples(), other_weights()}
+    assert "21938" in found.issue.reference and "num_workers=0" in found.issue.workaround
+    outcome = restarted(EPOCH_START_WITH_WORKERS, [other_samples()], version)
+    verdict = judge(outcome)
+    assert verdict.known is not None and verdict.known.issue.key == WORKERS, verdict.accounts
+
+
+@pytest.mark.parametrize(
+    ("shape", "violations", "version"),
+    [
+        pytest.param({}, [other_samples()], "2.5.2", id="before-2.5.3"),
+        pytest.param({"train_workers": 0}, [other_samples()], "2.6.6", id="no-workers"),
+        pytest.param({"train_set_epoch": False}, [other_samples()], "2.6.6", id="no-set-epoch"),
+        pytest.param(
+            {"processed": 6, "completed": 6, "global_step": 6},
+            [other_samples(6)],
+            "2.6.6",
+            id="mid-epoch",
+        ),
+        pytest.param({}, [other_samples(9)], "2.6.6", id="a-later-epoch"),
+        pytest.param({}, [other_weights()], "2.6.6", id="weights-alone"),
+    ],
+)
+def test_other_samples_outside_that_shape_stay_the_programs(
+    shape: dict[str, Any], violations: list[Violation], version: str
+) -> None:
+    """Without workers or an epoch-setting sampler, before 2.5.3, mid-epoch, past the first
+    resumed epoch, or with no samples apart: the program's (a sampler's epoch forgotten)."""
+    outcome = restarted({**EPOCH_START_WITH_WORKERS, **shape}, violations, version)
+    verdict = judge(outcome)
+    assert verdict.failed and verdict.known is None, verdict.accounts
+
+
+def test_beside_the_claimed_samples_a_learning_rate_apart_stays_the_programs() -> None:
+    """The issue claims the samples and weights; a learning rate apart is the program's."""
+    verdict = judge(restarted(EPOCH_START_WITH_WORKERS, [other_samples(), wrong_rate()]))
+    assert verdict.failed and verdict.known is None, verdict.accounts
+    assert "learning rate" in verdict.reason

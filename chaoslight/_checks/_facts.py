@@ -27,7 +27,7 @@ _DISTRIBUTIONS = {"lightning": "lightning", "pytorch_lightning": "pytorch-lightn
 class FrameworkFacts(Check):
     """Records, in every rank, the Lightning release that runs and the program's shape
     (manual optimization, DDP's static graph, ``max_steps``, the loop progress a resume
-    restored)."""
+    restored, the training loaders' batches, workers and epoch-setting samplers)."""
 
     name = FACTS
 
@@ -52,6 +52,7 @@ def framework_facts(trainer: Any, module: Any) -> dict[str, Any]:
         # torch's DistributedDataParallel keeps the flag it was built with.
         "static_graph": bool(getattr(trainer.strategy.model, "static_graph", False)),
         "resumed": getattr(trainer, "ckpt_path", None) is not None,
+        "global_step": int(trainer.global_step),  # the optimizer steps a resume restored
         # The restored batch progress: processed but not completed is a checkpoint
         # written inside on_train_batch_end (ModelCheckpoint(every_n_train_steps=...)).
         "processed": int(progress.processed),
@@ -59,7 +60,42 @@ def framework_facts(trainer: Any, module: Any) -> dict[str, Any]:
         # Lightning 2.6's time-based val_check_interval (seconds), decided per rank by its
         # own clock; None where validation is scheduled by batches.
         "val_check_seconds": _seconds(getattr(trainer, "_val_check_time_interval", None)),
+        **loader_facts(trainer),
     }
+
+
+def loader_facts(trainer: Any) -> dict[str, Any]:
+    """The training loaders' shape a resume depends on: their batches per epoch (None:
+    unknown, or unbounded), the most worker processes any has (a multi-process iterator
+    draws its first indices from the sampler when it is made), and whether a sampler of
+    theirs has ``set_epoch`` (its order changes per epoch)."""
+    loaders = _loaders(getattr(trainer, "train_dataloader", None))
+    batches = getattr(trainer, "num_training_batches", None)
+    samplers = [
+        sampler
+        for loader in loaders
+        for sampler in (
+            getattr(loader, "sampler", None),
+            getattr(getattr(loader, "batch_sampler", None), "sampler", None),
+        )
+    ]
+    return {
+        "train_batches": int(batches) if isinstance(batches, int) else None,
+        "train_workers": max((int(getattr(x, "num_workers", 0) or 0) for x in loaders), default=0),
+        "train_set_epoch": any(callable(getattr(s, "set_epoch", None)) for s in samplers),
+    }
+
+
+def _loaders(found: Any) -> list[Any]:
+    """The DataLoaders in what ``trainer.train_dataloader`` holds (one, a sequence or a
+    mapping of them, or Lightning's CombinedLoader)."""
+    flattened = getattr(found, "flattened", None)
+    if isinstance(flattened, list):
+        found = flattened
+    if isinstance(found, dict):
+        found = list(found.values())
+    items = found if isinstance(found, (list, tuple)) else [found]
+    return [item for item in items if hasattr(item, "num_workers")]
 
 
 def _seconds(value: Any) -> float | None:

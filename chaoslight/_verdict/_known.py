@@ -45,6 +45,7 @@ from chaoslight._verdict._known_silent import (
     evaluation_shuffle_lost,
     package_in_facts,
     repeated_batch_after_resume,
+    resume_workers_epoch_zero,
     static_graph_first_step,
 )
 from chaoslight._verdict._known_workers import workers_killed_before_stop
@@ -332,6 +333,37 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
             "(examples/known_issues/iteration_resume.py:train_fixed)"
         ),
         claims=epoch_end_resume_by_steps,
+    ),
+    KnownIssue(
+        key="lightning-resume-workers-epoch-zero",
+        package="pytorch-lightning",
+        versions=("2.5.3", "2.6.99"),
+        title=(
+            "a fit resumed from an epoch-end checkpoint with DataLoader workers trains its "
+            "first epoch on epoch 0's order: the iterator is made, and draws its first "
+            "indices, before the sampler's epoch is set"
+        ),
+        signature=(
+            "every rank of the resumed run passed, after faults that ended a run or cannot "
+            "change training, and resumed at an epoch's start (the framework-facts "
+            "observations: batch and epoch progress complete) with a training loader that "
+            "has worker processes and a sampler with set_epoch; it claims "
+            "restart-equivalence's violations of the samples trained in that first resumed "
+            "epoch and, with one of those, of the weights the job ends with"
+        ),
+        reference=(
+            "https://github.com/Lightning-AI/pytorch-lightning/issues/21938 (open; "
+            "TrainingEpochLoop.on_run_start keeps the iterator FitLoop.setup_data made while "
+            "resuming, since PR #20775 in 2.5.3; fix proposed in PR #21941)"
+        ),
+        workaround=(
+            "set the sampler's epoch before the fit makes the iterator: "
+            "Trainer(use_distributed_sampler=False) with a DistributedSampler of your own "
+            "whose set_epoch(<the checkpoint's epoch>) is called when the loader is built, or "
+            "num_workers=0 (a single-process iterator draws its indices at the first batch) "
+            "(examples/known_issues/resume_workers_epoch_zero.py:train_fixed)"
+        ),
+        claims=resume_workers_epoch_zero,
     ),
     KnownIssue(
         key="lightning-custom-sampler-shuffled",

@@ -142,6 +142,53 @@ def epoch_end_resume_by_steps(outcome: Outcome, taken: list[Delivery]) -> Claime
     return Claimed(violations=_resume_position(outcome))
 
 
+def resume_workers_epoch_zero(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning issue #21938 (since PR #20775, 2.5.3): a fit resumed from an epoch-end
+    checkpoint makes its training iterator in ``FitLoop.setup_data``, before the sampler's
+    epoch is set, and keeps it; an iterator with worker processes draws its first indices
+    from the sampler when it is made, so the first resumed epoch trains on epoch 0's
+    order. Every rank of this run resumed at an epoch's start (its batch and epoch
+    progress complete, the batches a whole number of epochs) with a training loader that
+    has workers and a sampler with ``set_epoch``, after faults that ended a run or cannot
+    change training, and passed. It claims ``restart-equivalence``'s violations of the
+    samples trained in that first resumed epoch and, with one of those, of the weights the
+    job ends with (trained on other samples); a learning rate, a count, an optimizer's or
+    a callback's state stay the program's."""
+    facts = _facts_on_every_rank(outcome)
+    if facts is None or not faults_leave_training_alone(outcome):
+        return NOTHING
+    windows = {_first_resumed_epoch(f) for f in facts.values()}
+    if len(windows) != 1 or None in windows:
+        return NOTHING
+    (window,) = windows
+    assert window is not None
+    failing = [v for v in _failing(outcome) if v.check == RESTART]
+    samples = tuple(
+        v for v in failing if v.aspect == "samples" and v.step is not None and v.step in window
+    )
+    if not samples:
+        return NOTHING
+    return Claimed(violations=samples + tuple(v for v in failing if v.aspect == "weights"))
+
+
+def _first_resumed_epoch(facts: dict[str, Any]) -> range | None:
+    """The steps of the first epoch a fit resumed at an epoch's start trains, where its
+    training loaders have workers and an epoch-setting sampler; else None."""
+    batches = facts.get("train_batches")
+    if not isinstance(batches, int) or batches <= 0:
+        return None
+    at_epoch_start = (
+        facts["resumed"]
+        and facts["processed"] == facts["completed"]
+        and facts.get("epoch_processed") == facts.get("epoch_completed")
+        and facts["processed"] == facts.get("epoch_completed", 0) * batches
+    )
+    if not (at_epoch_start and facts.get("train_workers", 0) > 0 and facts.get("train_set_epoch")):
+        return None
+    start = int(facts.get("global_step", facts["processed"]))
+    return range(start, start + batches)
+
+
 def custom_sampler_shuffled(outcome: Outcome, taken: list[Delivery]) -> Claimed:
     """Lightning#21131 / #21447: for training under DDP with ``use_distributed_sampler``,
     Lightning wraps a sampler of the program's own in ``DistributedSamplerWrapper`` with
