@@ -130,6 +130,7 @@ LIGHTNING_ONLY = {
     "batch_sampler_rebuilt": "train",
     "eval_batch_sampler_shuffle": "train",
     "resume_workers_epoch_zero": "train",
+    "fabric_loader_epoch": "train",
 }
 
 

@@ -32,6 +32,7 @@ FRAMEWORK_BUGS: frozenset[str] = frozenset(
     {
         "known_issues/batch_sampler_rebuilt.py:train",
         "known_issues/custom_sampler_order.py:train",
+        "known_issues/fabric_loader_epoch.py:train",
         "known_issues/eval_batch_sampler_shuffle.py:train",
         "known_issues/iteration_resume.py:train",
         "known_issues/on_exception_checkpoint.py:train",

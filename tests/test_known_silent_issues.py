@@ -865,3 +865,84 @@ def test_beside_the_claimed_samples_a_learning_rate_apart_stays_the_programs() -
     verdict = judge(restarted(EPOCH_START_WITH_WORKERS, [other_samples(), wrong_rate()]))
     assert verdict.failed and verdict.known is None, verdict.accounts
     assert "learning rate" in verdict.reason
+
+
+# -- a Fabric loader's epoch, set from its own pass count (since PR #16841) ------------------
+
+FABRIC_EPOCH = "fabric-loader-epoch-restarts"
+LOOP = "TensorDataset[64]"
+
+
+def data_pass(rank: int, step: int, epoch: int, sampler_epoch: int, fabric: bool = True) -> Event:
+    """data-order's loop observation of a pass over a shuffling DistributedSampler."""
+    sampler = {"class": "DistributedSampler", "shuffle": True, "epoch": sampler_epoch}
+    facts: dict[str, Any] = {
+        "fit": -1,
+        "epoch": epoch,
+        "loaders": [{"samplers": [sampler], "promises": [], "replaced": None}],
+        "loop": LOOP,
+        "world_size": 2,
+    }
+    if fabric:
+        facts["fabric"] = ["lightning", "2.6.6"]
+    return event(OBSERVATION, "data-order", rank, step, json.dumps(facts))
+
+
+def fabric_restart(
+    violations: list[Violation], resumed_epoch: int = 0, fabric: bool = True, passes: int = 2
+) -> Outcome:
+    """A Fabric loop that crashed in its third pass (8 steps a pass) and restarted: the
+    restarted run's first pass at sampler epoch ``resumed_epoch``."""
+    crash = "crash@torch.backward rank=0 step=20"
+    first_events = [data_pass(r, 8 * e, e, e, fabric) for r in (0, 1) for e in range(passes)]
+    first = Outcome(
+        FAILED,
+        (RankResult(0, FAILED), RankResult(1, RELEASED)),
+        first_events,
+        1.0,
+        Schedule.parse(crash),
+        "t.py:train",
+        60.0,
+        (),
+    )
+    events = [data_pass(r, 0, 0, resumed_epoch, fabric) for r in (0, 1)]
+    ranks = (RankResult(0, PASSED), RankResult(1, PASSED))
+    last = Outcome(FAILED, ranks, events, 1.0, Schedule(), "t.py:train", 60.0, tuple(violations))
+    return replace(last, attempts=(first,), schedule=Schedule.parse(f"restarts 1\n{crash}"))
+
+
+def loop_samples(step: int = 16) -> Violation:
+    return Violation(
+        "restart-equivalence",
+        f"rank 0 trained on other samples at step {step} (the restarted run's step 0) than an "
+        "uninterrupted run",
+        rank=0,
+        step=step,
+        aspect="samples",
+    )
+
+
+def test_a_restarted_fabric_pass_at_epoch_zero_past_the_first_pass_is_fabrics() -> None:
+    """Resumed in the third pass, Fabric's loader read epoch 0's order: its samples are
+    Fabric's known issue, with the release the pass ran under."""
+    found = match_known(fabric_restart([loop_samples()]))
+    assert found is not None and found.issue.key == FABRIC_EPOCH
+    assert (found.package, found.version) == ("lightning", "2.6.6")
+    assert "16841" in found.issue.reference and "to_device" in found.issue.workaround
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        pytest.param(fabric_restart([loop_samples()], fabric=False), id="not-fabrics-loader"),
+        pytest.param(fabric_restart([loop_samples()], resumed_epoch=2), id="epoch-restored"),
+        pytest.param(fabric_restart([loop_samples(4)]), id="within-the-first-pass"),
+        pytest.param(fabric_restart([loop_samples()], passes=1), id="never-past-one-pass"),
+        pytest.param(fabric_restart([wrong_rate()]), id="a-learning-rate"),
+    ],
+)
+def test_other_resumed_samples_or_state_of_a_loop_stay_the_programs(outcome: Outcome) -> None:
+    """A plain loader, a sampler at the resumed epoch, a resume inside the first pass, an
+    earlier run that never began a second pass, or a learning rate apart: the program's."""
+    verdict = judge(outcome)
+    assert verdict.failed and verdict.known is None, verdict.accounts

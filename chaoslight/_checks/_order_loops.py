@@ -18,11 +18,38 @@ they first trained are the facts' ``fit``, their passes its ``epoch``.
 
 from __future__ import annotations
 
+import sys
 import weakref
+from types import FrameType
 from typing import Any
 
 from chaoslight._checks._base import observe
 from chaoslight._checks._order_facts import guarded_facts
+
+# Fabric's loader wrapper, whose ``__iter__`` sets its sampler's epoch to the number of
+# passes begun over it (``_FabricDataLoader``), by where it is defined in each namespace.
+_FABRIC_WRAPPERS = {
+    "lightning/fabric/wrappers.py": "lightning",
+    "lightning_fabric/wrappers.py": "lightning-fabric",
+}
+
+
+def fabric_release(depth: int = 16) -> list[str] | None:
+    """[distribution, version] of the Fabric whose loader wrapper is iterating on this
+    thread's stack (the pass's first batch is fetched inside its ``__iter__``), or None."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == "__iter__":
+            path = code.co_filename.replace("\\", "/")
+            for suffix, package in _FABRIC_WRAPPERS.items():
+                if path.endswith(suffix):
+                    module = sys.modules.get(package.replace("-", "_"))
+                    return [package, str(getattr(module, "__version__", ""))]
+        frame = frame.f_back
+    return None
 
 
 class _Pipeline:
@@ -57,6 +84,8 @@ class LoopPasses:
         self.check = check
         # Each live iterator's facts at its pass's first batch, until a backward follows.
         self.starts: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        # Each live iterator's Fabric release, where Fabric's loader wrapper iterates it.
+        self.fabric: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
         self.last: Any = None  # a weak reference to the iterator of the last batch fetched
         self.loaders: list[str] = []  # keys, in the order the loaders first trained
         self.passes: dict[str, int] = {}
@@ -69,6 +98,9 @@ class LoopPasses:
             return
         if getattr(iterator, "_num_yielded", 0) == 1:
             self.starts[iterator] = guarded_facts(_Pipeline(iterator))
+            release = fabric_release()
+            if release is not None:
+                self.fabric[iterator] = release
 
     def on_loop_backward(self, tensors: Any) -> None:
         iterator = self.last() if self.last is not None else None
@@ -83,6 +115,9 @@ class LoopPasses:
         self.passes[key] = epoch + 1
         # Negative: never a Trainer fit's number (a program may loop, then fit).
         record = {"fit": -1 - self.loaders.index(key), "epoch": epoch, "loaders": [facts]}
+        release = self.fabric.pop(iterator, None)
+        if release is not None:
+            record["fabric"] = release  # the pass's sampler epoch is Fabric's pass count
         observe(self.check, None, {**record, "world_size": _world_size(), "loop": key})
 
 

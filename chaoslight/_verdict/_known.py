@@ -43,6 +43,8 @@ from chaoslight._verdict._known_silent import (
     epoch_end_resume_by_steps,
     epoch_end_resume_count,
     evaluation_shuffle_lost,
+    fabric_loader_epoch_restarted,
+    package_in_fabric_passes,
     package_in_facts,
     repeated_batch_after_resume,
     resume_workers_epoch_zero,
@@ -366,6 +368,36 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         claims=resume_workers_epoch_zero,
     ),
     KnownIssue(
+        key="fabric-loader-epoch-restarts",
+        package="lightning-fabric",
+        versions=("2.0.0", "2.6.99"),
+        title=(
+            "a loader from fabric.setup_dataloaders sets its sampler's epoch to the number of "
+            "passes begun over it, over the program's set_epoch: a restarted job reads "
+            "epoch 0's order again in the epoch it resumed at"
+        ),
+        signature=(
+            "every rank of the restarted run passed, after faults that ended a run or cannot "
+            "change training; its first pass over a Fabric loader (data-order's loop "
+            "observations) drew from a shuffling DistributedSampler at epoch 0 where the "
+            "earlier run had begun a second pass; it claims restart-equivalence's violations "
+            "of the samples trained from that second pass's step on, only"
+        ),
+        reference=(
+            "lightning.fabric.wrappers._FabricDataLoader.__iter__ calls "
+            "_set_sampler_epoch(self._dataloader, self._num_iter_calls) at every pass "
+            "(https://github.com/Lightning-AI/pytorch-lightning/pull/16841, 2.0.0), a count "
+            "no checkpoint holds"
+        ),
+        workaround=(
+            "give the resumed loop a loader Fabric does not wrap: a DataLoader over "
+            "DistributedSampler(data, num_replicas=fabric.world_size, rank=fabric.global_rank) "
+            "whose set_epoch(epoch) the loop calls, batches moved with fabric.to_device "
+            "(examples/known_issues/fabric_loader_epoch.py:train_fixed)"
+        ),
+        claims=fabric_loader_epoch_restarted,
+    ),
+    KnownIssue(
         key="lightning-custom-sampler-shuffled",
         package="pytorch-lightning",
         versions=("2.0.0", "2.6.99"),
@@ -470,7 +502,11 @@ def claim_known(
     first = taken or [d for d in earlier if d.by_lightning]
     # A silent bug leaves no signal and no stack: the ranks' own facts name the release.
     found = (
-        package_of(first[0]) if first else package_in_stacks(outcome) or package_in_facts(outcome)
+        package_of(first[0])
+        if first
+        else package_in_stacks(outcome)
+        or package_in_facts(outcome)
+        or package_in_fabric_passes(outcome)  # a Fabric loop: no Trainer recorded facts
     )
     if found is None:
         return []

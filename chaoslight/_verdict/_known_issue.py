@@ -96,8 +96,11 @@ class KnownIssue:
         )
 
 
-# The two distributions ship the same trainer code under two names.
-_ALIASES = {"pytorch-lightning": ("pytorch-lightning", "lightning")}
+# The two distributions ship the same trainer (and Fabric) code under two names.
+_ALIASES = {
+    "pytorch-lightning": ("pytorch-lightning", "lightning"),
+    "lightning-fabric": ("lightning-fabric", "lightning"),
+}
 
 
 @dataclass(frozen=True)

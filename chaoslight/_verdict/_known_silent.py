@@ -16,6 +16,7 @@ enabled) matches nothing: the finding stays the program's. The table entries are
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -187,6 +188,77 @@ def _first_resumed_epoch(facts: dict[str, Any]) -> range | None:
         return None
     start = int(facts.get("global_step", facts["processed"]))
     return range(start, start + batches)
+
+
+def fabric_loader_epoch_restarted(outcome: Outcome, taken: list[Delivery]) -> Claimed:
+    """Lightning Fabric's loader (``setup_dataloaders``) sets its sampler's epoch, at each
+    pass it begins, to the number of passes begun over it (since PR #16841, 2.0.0): over
+    the program's own ``set_epoch``, and from 0 again in a restarted process, which no
+    public call restores. A restarted job whose every rank passed, after faults that ended
+    a run or cannot change training, began its first pass over a Fabric loader with a
+    shuffling DistributedSampler at epoch 0, where its earlier run had gone past its first
+    pass: it claims ``restart-equivalence``'s violations of the samples trained from the
+    earlier run's second pass's step on (the resume was past epoch 0, and the order read
+    was epoch 0's); a learning rate, an optimizer's state, a step skipped stay the
+    program's, and so do other samples within the first pass (a mid-epoch resume that does
+    not skip what it trained)."""
+    if not outcome.attempts or not all(r.status == PASSED for r in outcome.ranks):
+        return NOTHING
+    if not faults_leave_training_alone(outcome):
+        return NOTHING
+    loops = _fabric_first_passes(outcome)
+    steps = [
+        e.step
+        for e in outcome.attempts[0].events
+        if _observed(e, DATA_ORDER) and e.step is not None
+        for facts in [json.loads(e.detail)]
+        if facts.get("loop") in loops and facts.get("epoch") == 1
+    ]
+    if not steps:
+        return NOTHING
+    second_pass = min(steps)
+    return Claimed(
+        violations=tuple(
+            v
+            for v in _failing(outcome)
+            if v.check == RESTART
+            and v.aspect == "samples"
+            and v.step is not None
+            and v.step >= second_pass
+        )
+    )
+
+
+def _fabric_first_passes(outcome: Outcome) -> set[str]:
+    """The loaders whose first pass in this run went through Fabric's wrapper with a
+    shuffling DistributedSampler at epoch 0 (``_checks/_order_loops``)."""
+    found = set()
+    for event in outcome.events:
+        if not _observed(event, DATA_ORDER):
+            continue
+        facts = json.loads(event.detail)
+        if facts.get("epoch") != 0 or not facts.get("fabric"):
+            continue
+        samplers = [s for loader in facts.get("loaders", []) for s in loader.get("samplers", [])]
+        if samplers and all(s.get("shuffle") and s.get("epoch") == 0 for s in samplers):
+            found.add(str(facts.get("loop")))
+    return found
+
+
+def package_in_fabric_passes(outcome: Outcome) -> tuple[str, str] | None:
+    """The Fabric distribution and version whose loader wrapper the ranks' passes went
+    through (data-order's loop observations), or None."""
+    found = {
+        tuple(facts["fabric"])
+        for event in outcome.events
+        if _observed(event, DATA_ORDER)
+        for facts in [json.loads(event.detail)]
+        if isinstance(facts.get("fabric"), list) and len(facts["fabric"]) == 2
+    }
+    if len(found) != 1:
+        return None
+    package, version = found.pop()
+    return (str(package), str(version)) if package and version else None
 
 
 def custom_sampler_shuffled(outcome: Outcome, taken: list[Delivery]) -> Claimed:
