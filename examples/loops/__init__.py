@@ -119,6 +119,8 @@ LOOPS: tuple[Loop, ...] = (
     ),
     Loop("fabric_ok_accumulate", ""),
     Loop("fabric_ok_model_parallel", ""),
+    Loop("fabric_ok_clip_log", ""),
+    Loop("plain_ok_amp_eval", ""),
     Loop("fabric_ok_validation", ""),
     Loop("fabric_ok_all_gather", ""),
     Loop("fabric_ok_iterable", ""),
