@@ -91,10 +91,15 @@ def judged(run: Evidence, *references: Steps) -> list[Any]:
 
 
 def test_a_relation_both_fault_free_runs_kept_is_judged_under_a_delay() -> None:
-    """The torch RNG, equal across ranks at every step of both baselines, differs: found."""
+    """The torch RNG, equal across ranks at every step of both baselines, differs: found,
+    and the rank named is the one whose state moved off what both baselines held there
+    (two ranks alone cannot tell which one drew)."""
     broken = steps(s2r0={"rng:torch": "drawn once more"})
     (violation,) = judged(evidence(broken, DELAY, (DELAY,)), steps(), steps())
-    assert violation.check == NAME and violation.step == 2 and violation.rank == 1
+    assert violation.check == NAME and violation.step == 2 and violation.rank == 0
+    on_rank_1 = steps(s2r1={"rng:torch": "drawn once more"})
+    (other,) = judged(evidence(on_rank_1, DELAY, (DELAY,)), steps(), steps())
+    assert other.rank == 1
     assert "held in the fault-free runs at every step, broke at step 2 under" in violation.message
     assert DELAY in violation.message
     assert "rank 0 = drawn once more, rank 1 = t2" in violation.message
@@ -228,6 +233,7 @@ def test_slow_epoch_rng_is_found_under_a_straggler_and_its_twin_is_clean(world2:
         assert bool(mine) == found, outcome.report()
         if found:
             assert "the torch RNG state is equal across ranks" in mine[0].message
+            assert mine[0].rank == 0  # the rank that drew: its state left the baselines'
             assert outcome.status == "failed"
 
 
@@ -285,6 +291,7 @@ def test_in_a_loop_a_random_state_apart_under_a_straggler_is_found_and_its_twin_
         if found:
             assert "the torch RNG state is equal across ranks" in mine[0].message
             assert "broke at step 8 under delay@torch.backward" in mine[0].message
+            assert mine[0].rank == 0  # rank 0 drew; rank 1 kept the baselines' state
 
 
 @pytest.mark.slow

@@ -17,8 +17,7 @@ bits that two correct runs need not share, so "equal to the reference" is no rel
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # A point of a run: (fit, step, stream); the step is the training batch index (-1 before
@@ -65,6 +64,11 @@ class LearnedRelations:
     equal: frozenset[str] = frozenset()
     constant: frozenset[str] = frozenset()
     points: frozenset[StepPoint] = frozenset()
+    # Per point and value learned equal: the value both fault-free runs held there, where
+    # they held the same (a deterministic value: the random states, a learning rate). Never
+    # a relation (a reorder may change bits a correct run need not share): it only names
+    # which rank moved where two ranks disagree.
+    agreed: dict[tuple[StepPoint, str], Any] = field(default_factory=dict, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.equal or self.constant)
@@ -106,7 +110,22 @@ def learn(tables: list[ValueTable]) -> LearnedRelations:
             if _learnable(name, CONSTANT_OVER_STEPS) and _constant(parts, name):
                 constant.add(name)
     points = frozenset(set(tables[0]).intersection(*tables[1:]))
-    return LearnedRelations(frozenset(equal), frozenset(constant), points)
+    agreed = _agreed(tables, points, equal)
+    return LearnedRelations(frozenset(equal), frozenset(constant), points, agreed)
+
+
+def _agreed(
+    tables: list[ValueTable], points: frozenset[StepPoint], names: set[str]
+) -> dict[tuple[StepPoint, str], Any]:
+    """Each value learned equal across ranks, at each point, where every fault-free run
+    held the same one there."""
+    agreed = {}
+    for point in points:
+        for name in names:
+            held = [v[name] for table in tables for v in table[point].values() if name in v]
+            if held and all(same(held[0], value) for value in held):
+                agreed[(point, name)] = held[0]
+    return agreed
 
 
 def _learnable(name: str, relation: str) -> bool:
@@ -178,25 +197,39 @@ def first_broken(run: ValueTable, learned: LearnedRelations) -> BrokenRelation |
         row = run[point]
         if frozenset(row) != everyone:
             continue  # a rank that recorded nothing here: nothing to compare
-        broken = _unequal(point, row, learned.equal) or _moved(point, row, learned, anchors)
+        broken = _unequal(point, row, learned) or _moved(point, row, learned, anchors)
         if broken is not None:
             return broken
     return None
 
 
-def _unequal(point: StepPoint, row: ValueRow, names: Iterable[str]) -> BrokenRelation | None:
-    for name in sorted(names):
+def _unequal(point: StepPoint, row: ValueRow, learned: LearnedRelations) -> BrokenRelation | None:
+    for name in sorted(learned.equal):
         values = {rank: row[rank][name] for rank in sorted(row) if name in row[rank]}
         if len(values) != len(row):
             continue
-        # The rank named is one outside the largest group of equal values (with two
-        # ranks, the higher): the odd one out, where three ranks or more tell it.
         groups = [[r for r in values if same(values[r], values[rank])] for rank in values]
         if len(groups[0]) != len(values):
-            largest = max(groups, key=len)
-            odd = next(rank for rank in values if rank not in largest)
+            odd = _odd_rank(values, groups, learned.agreed.get((point, name), _NONE))
             return BrokenRelation(EQUAL_ACROSS_RANKS, name, point, odd, values)
     return None
+
+
+_NONE = object()  # no value the fault-free runs agreed on
+
+
+def _odd_rank(values: dict[int, Any], groups: list[list[int]], agreed: Any) -> int:
+    """The rank named: where exactly one group of equal values kept the value both
+    fault-free runs held, a rank outside it (the one that moved: two ranks cannot tell
+    otherwise); else one outside the largest group (three ranks or more tell it), with
+    two ranks and no such value, the higher."""
+    if agreed is not _NONE:
+        kept = {tuple(g) for g in groups if same(values[g[0]], agreed)}
+        if len(kept) == 1:
+            (group,) = kept
+            return next(rank for rank in values if rank not in group)
+    largest = max(groups, key=len)
+    return next(rank for rank in values if rank not in largest)
 
 
 def _moved(
