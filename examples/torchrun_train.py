@@ -49,8 +49,11 @@ def main() -> None:
     trainer.fit(Regressor(), DataLoader(data, batch_size=8))
     print(f"rank {trainer.global_rank}: loss {float(trainer.callback_metrics['loss']):.4f}")
     # Lightning leaves the process group up; tear it down before exit, or gloo's threads
-    # may still be running when the interpreter ends (an abort, now and then).
+    # may still be running when the interpreter ends (an abort, now and then). Both ranks
+    # reach the end first: a rank that tears its group down while its peer still talks
+    # to it can abort in gloo ("terminate called without an active exception").
     if torch.distributed.is_initialized():
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
