@@ -339,4 +339,4 @@ def test_a_loops_values_are_read_at_each_optimizer_steps_end_and_its_parameters_
     assert [(v["lr:0"], v["counter:backwards"]) for v in steps] == [(0.1, 1), (0.1, 2)]
     assert {"rng:torch", "rng:numpy", "rng:python"} <= set(steps[0])
     (end,) = [f["values"] for f in facts if f["at"] == "epoch"]
-    assert sorted(end) == ["parameter:0.param_groups[0][0]", "parameter:0.param_groups[0][1]"]
+    assert sorted(end) == ["parameter:param_groups[0][0]", "parameter:param_groups[0][1]"]

@@ -47,6 +47,7 @@ from chaoslight._checks._learned_relations import (
 from chaoslight._checks._reference import fault_free, note, passed_everywhere
 from chaoslight._report._ridden import judged_faults
 from chaoslight._runtime._events import FIRED, budget_of, parse_fired
+from chaoslight._runtime._loop_steps import OptimizerParameters
 from chaoslight._runtime._protocol import Rerun
 from chaoslight._schedule import Severity, clip
 
@@ -229,7 +230,7 @@ def _loop_hooks(check: str) -> dict[str, Any]:
         if not optimizers:
             return  # the loop never stepped: nothing trained
         with quietly():
-            values = parameter_values(_Parameters(optimizers))
+            values = parameter_values(OptimizerParameters(optimizers))
         observe(check, None, {"fit": 0, "at": "epoch", "values": values})
 
     return {
@@ -237,22 +238,6 @@ def _loop_hooks(check: str) -> dict[str, Any]:
         "on_loop_after_optimizer_step": on_loop_after_optimizer_step,
         "on_loop_end": on_loop_end,
     }
-
-
-class _Parameters:
-    """The parameters the loop's optimizers step, named as ``parameter_values`` reads a
-    module's (optimizer, param group and position: no module names in a loop)."""
-
-    def __init__(self, optimizers: list[Any]) -> None:
-        self._optimizers = optimizers
-
-    def named_parameters(self) -> list[tuple[str, Any]]:
-        return [
-            (f"{k}.param_groups[{g}][{i}]", param)
-            for k, optimizer in enumerate(self._optimizers)
-            for g, group in enumerate(optimizer.param_groups)
-            for i, param in enumerate(group["params"])
-        ]
 
 
 def table_of(evidence: Evidence, check: str) -> ValueTable:

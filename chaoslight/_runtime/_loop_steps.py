@@ -62,16 +62,20 @@ class LoopSteps:
         return self._optimizer() if self._optimizer is not None else None
 
 
-class _Parameters:
-    """The parameters an optimizer steps, as a module would list them."""
+class OptimizerParameters:
+    """The parameters optimizers step, as a module would list them: by param group and
+    position, prefixed with the optimizer's index where there are several (a loop has no
+    module names)."""
 
-    def __init__(self, optimizer: Any) -> None:
-        self._optimizer = optimizer
+    def __init__(self, optimizers: list[Any]) -> None:
+        self._optimizers = optimizers
 
     def named_parameters(self) -> list[tuple[str, Any]]:
+        several = len(self._optimizers) > 1
         return [
-            (f"param_groups[{g}][{i}]", param)
-            for g, group in enumerate(self._optimizer.param_groups)
+            (f"{k}." * several + f"param_groups[{g}][{i}]", param)
+            for k, optimizer in enumerate(self._optimizers)
+            for g, group in enumerate(optimizer.param_groups)
             for i, param in enumerate(group["params"])
         ]
 
@@ -81,5 +85,5 @@ class LoopView:
     the optimizers (here: those the optimizer that last stepped holds)."""
 
     def __init__(self, optimizer: Any) -> None:
-        self.lightning_module = _Parameters(optimizer)
+        self.lightning_module = OptimizerParameters([optimizer])
         self.optimizers = [optimizer]
