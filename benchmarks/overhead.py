@@ -5,8 +5,9 @@ Trains the same small MLP with Lightning on CPU three ways, interleaved, several
   (a) plain ``trainer.fit``;
   (b) inside ``inject(Schedule())``: only the trainer tracking is patched;
   (c) inside ``inject(schedule)`` with a fault armed at every site of the catalogue, set to a
-      step the run never reaches: every site is armed and none can fire, so each call
-      passes through its wrapper to the wrapped function, counted (``_runtime/_live.py``).
+      step the run never reaches: every site is armed and none can fire, so once the
+      Trainer's loop counts its first batch every site's gate is closed and its calls go
+      to the wrapped function with no frame of chaoslight's (``_runtime/_gates.py``).
 
 and prints the median time of ``trainer.fit`` for each, and the ratios b/a and c/a
 (targets: <= 1.02 and <= 1.03, issue 31).

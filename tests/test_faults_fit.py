@@ -38,7 +38,8 @@ ENOSPC = OSError(28, "No space left on device")
 
 
 def where(run: chaoslight.Run) -> list[tuple[str, int, int | None, int]]:
-    """(site, rank, step, call #) of every firing, in order."""
+    """(site, rank, step, call #) of every firing, in order: the call's number as the
+    fault's ``nth`` counts it (within the step, for a fault at a step)."""
     return [(e.site, e.rank, e.step, e.call) for e in run.fired()]
 
 
@@ -73,7 +74,7 @@ def test_oom_at_forward_reaches_the_users_handler() -> None:
     model = tiny_model(catch_forward=True)
     with chaoslight.inject(OOM(site="lightning.forward", step=2)) as run:
         fit(model, max_steps=5)
-    assert where(run) == [("lightning.forward", 0, 2, 3)]
+    assert where(run) == [("lightning.forward", 0, 2, 1)]
     assert [step for step, _ in model.caught] == [2]
     assert model.caught[0][1].startswith(OOM_PREFIX)
     assert [step for step, _ in model.losses] == [0, 1, 3, 4]  # training went on
@@ -88,7 +89,7 @@ def test_oom_at_training_step_propagates_out_of_fit() -> None:
     ):
         fit(model, max_steps=5)
     assert str(caught.value).startswith(f"{OOM_PREFIX} 3.00 MiB. GPU 0 ")
-    assert where(run) == [("lightning.training_step", 0, 1, 2)]
+    assert where(run) == [("lightning.training_step", 0, 1, 1)]
     assert model.caught == []
     assert [step for step, _ in model.batches] == [0]  # step 1's training_step never began
 
@@ -139,7 +140,7 @@ def test_delay_sleeps_on_exactly_the_triggered_step() -> None:
     callback = recorder()
     with chaoslight.inject(Delay(seconds, site="lightning.training_step", step=2)) as run:
         fit(max_steps=5, callbacks=[callback])
-    assert where(run) == [("lightning.training_step", 0, 2, 3)]
+    assert where(run) == [("lightning.training_step", 0, 2, 1)]
     assert callback.durations[2] >= seconds
     assert all(callback.durations[s] < seconds for s in (0, 1, 3, 4)), callback.durations
 
@@ -153,7 +154,7 @@ def test_corrupt_nan_loss_poisons_parameters_after_that_step() -> None:
     callback = recorder()
     with chaoslight.inject(Corrupt(site="lightning.training_step", value="nan", step=2)) as run:
         fit(model, max_steps=5, callbacks=[callback])
-    assert where(run) == [("lightning.training_step", 0, 2, 3)]
+    assert where(run) == [("lightning.training_step", 0, 2, 1)]
     assert [bool(torch.isnan(callback.losses[s])) for s in range(5)] == [0, 0, 1, 1, 1]
     assert all(torch.isfinite(loss).all() for loss in at(model.losses, 2))  # model's own
     finite = [bool(torch.isfinite(p).all()) for _, p in model.params]
@@ -167,7 +168,7 @@ def test_corrupt_inf_at_forward_reaches_the_loss(value: str) -> None:
     model = tiny_model()
     with chaoslight.inject(Corrupt(site="lightning.forward", value=value, step=1)) as run:
         fit(model, max_steps=2)
-    assert where(run) == [("lightning.forward", 0, 1, 2)]
+    assert where(run) == [("lightning.forward", 0, 1, 1)]
     assert [bool(torch.isinf(loss)) for _, loss in model.losses] == [False, True]
 
 
@@ -373,7 +374,7 @@ def test_crash_kills_the_process_and_leaves_its_event_log(tmp_path: Path) -> Non
     assert result.stdout.split("\n") == ["step 0", "step 1", ""]
     logged = [json.loads(line) for line in events.read_text().splitlines()]
     assert [(e["kind"], e["site"], e["step"], e["call"]) for e in logged] == [
-        ("fired", "lightning.training_step", 2, 3)
+        ("fired", "lightning.training_step", 2, 1)
     ]
     assert logged[0]["fault"] == "crash@lightning.training_step step=2"
 
@@ -402,7 +403,7 @@ def test_delay_at_a_callback_hook_runs_before_the_users_callback() -> None:
     fault = Delay(seconds, site="lightning.on_train_batch_end", step=1)
     with chaoslight.inject(fault) as run:
         fit(max_steps=3, callbacks=[callback])
-    assert where(run) == [("lightning.on_train_batch_end", 0, 1, 2)]
+    assert where(run) == [("lightning.on_train_batch_end", 0, 1, 1)]
     assert callback.durations[1] >= seconds
     assert callback.durations[0] < seconds and callback.durations[2] < seconds
 
@@ -413,7 +414,7 @@ def test_raise_at_a_callback_hook_stops_fit_before_the_users_callback() -> None:
     fault = Raise(RuntimeError("hook failed"), site="lightning.on_train_batch_end", step=1)
     with chaoslight.inject(fault) as run, pytest.raises(RuntimeError, match="hook failed"):
         fit(max_steps=3, callbacks=[callback])
-    assert where(run) == [("lightning.on_train_batch_end", 0, 1, 2)]
+    assert where(run) == [("lightning.on_train_batch_end", 0, 1, 1)]
     assert sorted(callback.durations) == [0]
     assert sorted(callback.started) == [0, 1]
 
@@ -471,7 +472,7 @@ def test_raise_at_optimizer_step_or_backward_escapes_fit(
     fault = Raise(ArithmeticError(site), site=site, step=2)
     with chaoslight.inject(fault) as run, pytest.raises(ArithmeticError, match=site):
         fit(model, flavour, max_steps=4)
-    assert where(run) == [(site, 0, 2, 3)]
+    assert where(run) == [(site, 0, 2, 1)]
     assert [step for step, _ in model.params] == began
 
 
@@ -490,8 +491,8 @@ def test_chaos_callback_fires_the_schedule_and_restores(flavour: str) -> None:
     model = tiny_model(flavour, catch_forward=True)
     fit(model, flavour, max_steps=4, callbacks=[callback])
     assert where(callback.run) == [
-        ("lightning.forward", 0, 1, 2),
-        ("lightning.backward", 0, 2, 2),  # step 1 had no backward: its batch was skipped
+        ("lightning.forward", 0, 1, 1),
+        ("lightning.backward", 0, 2, 1),  # its first call at step 2
     ]
     assert [step for step, _ in model.caught] == [1]
     assert chaoslight._runtime._inject.active() is None
@@ -505,7 +506,7 @@ def test_chaos_callback_restores_when_fit_raises() -> None:
     with pytest.raises(OSError) as caught:
         fit(max_steps=4, callbacks=[callback])
     assert caught.value.errno == 28
-    assert where(callback.run) == [("lightning.training_step", 0, 1, 2)]
+    assert where(callback.run) == [("lightning.training_step", 0, 1, 1)]
     assert chaoslight._runtime._inject.active() is None
     assert changed(before, patched_attributes()) == []
     fit(max_steps=2)  # and training works normally afterwards
@@ -598,7 +599,7 @@ def test_manual_backward_goes_through_the_backward_site(flavour: str) -> None:
         chaoslight.inject("oom@lightning.backward step=2") as run,
     ):
         fit(Manual(), flavour)
-    assert where(run) == [("lightning.backward", 0, 2, 3)]
+    assert where(run) == [("lightning.backward", 0, 2, 1)]
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -104,33 +104,43 @@ ALL_STEPS = [(step, step + 1) for step in range(6)]
 
 
 @pytest.mark.parametrize(
-    ("trigger", "expected"),
+    ("trigger", "expected", "watched"),
     [
-        ({}, [(0, 1)]),
-        ({"nth": 2}, [(1, 2)]),
-        ({"nth": 2, "times": None}, ALL_STEPS[1:]),
-        ({"nth": 5, "times": 3}, ALL_STEPS[4:]),
-        ({"times": None}, ALL_STEPS),
-        ({"times": 2}, ALL_STEPS[:2]),
-        ({"step": 3}, [(3, 4)]),
-        ({"step": 3, "times": None}, [(3, 4)]),
-        ({"step": 3, "nth": 2}, []),
-        ({"step": 99}, []),
-        ({"rank": 0, "times": None}, ALL_STEPS),
-        ({"rank": 1, "times": None}, []),
-        ({"rank": 1, "step": 2}, []),
+        ({}, [(0, 1)], False),
+        ({"nth": 2}, [(1, 2)], False),
+        ({"nth": 2, "times": None}, ALL_STEPS[1:], True),
+        ({"nth": 5, "times": 3}, ALL_STEPS[4:], True),
+        ({"times": None}, ALL_STEPS, True),
+        ({"times": 2}, ALL_STEPS[:2], False),
+        ({"step": 3}, [(3, 1)], False),  # a fault at a step counts its calls within it
+        ({"step": 3, "times": None}, [(3, 1)], False),
+        ({"step": 3, "nth": 2}, [], False),
+        ({"step": 99}, [], False),
+        ({"rank": 0, "times": None}, ALL_STEPS, True),
+        # No process group: the rank is not known for sure, the site stays watched.
+        ({"rank": 1, "times": None}, [], True),
+        ({"rank": 1, "step": 2}, [], False),
     ],
     ids=lambda value: repr(value) if isinstance(value, dict) else None,
 )
 def test_trigger_fires_on_exactly_the_matching_calls(
-    rank_env: pytest.MonkeyPatch, trigger: dict[str, Any], expected: list[tuple[int, int]]
+    rank_env: pytest.MonkeyPatch,
+    trigger: dict[str, Any],
+    expected: list[tuple[int, int]],
+    watched: bool,
 ) -> None:
-    """nth, times, step and rank select exactly these (step, call #) training_step calls."""
+    """nth, times, step and rank select exactly these (step, call #) training_step calls.
+    A site where the fault can fire at every step is watched, every call counted; once it
+    cannot (spent, or at another step), its calls pass uncounted and the report says so."""
     with chaoslight.inject(Delay(0, site="lightning.training_step", **trigger)) as run:
         fit(max_steps=6)
     assert fired(run, "lightning.training_step") == expected
     assert all(e.rank == 0 for e in run.events)
-    assert run.reached[("lightning.training_step", 0)] == 6
+    assert ("lightning.training_step" not in run.unwatched) == watched
+    if watched:
+        assert run.reached[("lightning.training_step", 0)] == 6
+    else:
+        assert "not counted where none of their faults could fire" in run.report()
 
 
 @pytest.mark.parametrize("rank", ["0", "1", "3"])
@@ -170,10 +180,12 @@ def test_nth_counts_within_the_step_when_a_step_is_given() -> None:
     for event in run.fired():
         by_fault.setdefault(event.fault, []).append((event.step, event.call))
     assert by_fault == {
-        str(faults[0]): [(2, 8), (2, 9)],  # the 2nd and 3rd calls of step 2 (calls 7, 8, 9)
+        str(faults[0]): [(2, 2), (2, 3)],  # the 2nd and 3rd calls of step 2
         str(faults[1]): [(0, 2)],  # the 2nd call since injection began
     }
-    assert run.reached[("lightning.forward", 0)] == 12
+    # Watched while a fault could fire: step 0 up to the firing, then step 2 (3 calls).
+    assert "lightning.forward" in run.unwatched
+    assert run.reached[("lightning.forward", 0)] == 2 + 3
 
 
 def test_times_counts_per_fault_not_per_site() -> None:

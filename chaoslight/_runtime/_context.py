@@ -49,6 +49,14 @@ def step_of(trainer: Any) -> int | None:
     return ready - 1 if ready > 0 else None
 
 
+def step_counter(trainer: Any) -> Any:
+    """The training loop's batch progress of ``trainer`` (what ``step_of`` reads), or None."""
+    try:
+        return trainer.fit_loop.epoch_loop.batch_progress
+    except AttributeError:
+        return None
+
+
 def step_reading(trainer: Any) -> Callable[[], Any] | None:
     """A cheap reading that changes whenever ``step_of(trainer)`` may (the counter it reads),
     or None where there is none to read: the engine then reads the step itself. The

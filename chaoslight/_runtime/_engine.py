@@ -5,7 +5,8 @@ Every decision is a function of the schedule and what this process has seen (its
 the trainer's step, how often each site was called), never of randomness or of other
 ranks, so every rank of a job decides alone and the same schedule replays exactly.
 Only the calls of the sites where a fault can still fire are matched (``live``,
-``_live.py``); the calls of the other armed sites pass through, counted.
+``_live.py``); the calls of the other armed sites pass through, counted, or, once the
+engine hears of every move of the step, do not reach it at all (``_gates.py``).
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ from typing import IO, Any
 
 from chaoslight._runtime._actions import ACTIONS, Firing
 from chaoslight._runtime._allocator_budget import AllocatorLimit, cuda_ready
-from chaoslight._runtime._context import (
-    current_rank,
-    environment_rank,
-    group_reading,
-    step_of,
-    step_reading,
-)
+from chaoslight._runtime._clock import Clock
+from chaoslight._runtime._context import current_rank, environment_rank, step_of
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
+from chaoslight._runtime._gates import AHEAD_STEPS, OPEN, Decision, Gates
 from chaoslight._runtime._live import Counts, Liveness, Tally, steps_that_fire
 from chaoslight._runtime._loop_steps import LoopSteps, LoopView
 from chaoslight._runtime._memory import MemoryLedger
@@ -37,10 +34,9 @@ from chaoslight._runtime._resolve import check_allocation_memory, exception_clas
 from chaoslight._runtime._threads import InternalCalls, PerThread, SiteEntry
 from chaoslight._schedule._faults import Fault, ReorderReduction
 from chaoslight._schedule._model import Schedule
-from chaoslight._sites import Behaviour
+from chaoslight._sites import Behaviour, PatchPoint
+from chaoslight._sites._batches import repeat_pending
 from chaoslight._sites._reorder import NATURAL
-
-_STALE = object()  # a clock's value no clock reads
 
 
 class Engine:
@@ -71,8 +67,9 @@ class Engine:
             if fault.fires_in(1):  # one process is one run; a World unbinds a later run's
                 self.by_site.setdefault(fault.site, []).append((index, fault))
         self.faulted = frozenset(self.by_site)
-        # Sites whose faults count calls within a step (nth with a step).
-        in_step = frozenset(f.site for f in schedule if f.nth is not None and f.step is not None)
+        # Sites whose faults count calls within a step: an nth with a step, and the number
+        # a firing at a step reports (``_fire``).
+        in_step = frozenset(f.site for f in schedule if f.step is not None)
         self._counts = Counts(in_step)
         # Names a schedule (a file: data) gives resolve without importing anything new.
         check_allocation_memory(schedule, ranks=1)
@@ -99,21 +96,27 @@ class Engine:
         self.notices = Notices(self.record)
         self._tracer: Any = None  # a _trace.Tracer under inject(trace=True)
         indexed = [entry for entries in self.by_site.values() for entry in entries]
-        self._liveness = Liveness(indexed, frozenset(observe))
+        # Under preemption the steps a rank trained are read off its training steps: counted
+        # whatever fires (``note_stop``).
+        watched = frozenset(observe) | ({STEP_SITE} if preempts(schedule) else frozenset())
+        self._liveness = Liveness(indexed, watched)
+        self._fault_steps = frozenset(step for step in self._liveness.by_step if step is not None)
         self.live: frozenset[str] = frozenset()  # the armed sites whose calls are matched now
-        self._period: tuple[int, int | None] = (self.environment_rank, None)
-        # The clock: what the step and the rank are read from (``_decide``), two C-level
-        # readings compared at every call that passes through, and their values then.
-        self._steps: Any = None
-        self._group: Any = None
-        self._read_steps: Any = _STALE
-        self._read_group: Any = _STALE
+        # The clock: the rank and step decided at, and whether every move is heard of.
+        self.clock = Clock(self.environment_rank, self.step)
         self.trainer_id: int | None = None  # id() of the trainer last seen (``saw_trainer``)
         # Per site, the steps a fault can still fire at on this rank (``_passes_ahead``), until
         # a fault fires or the rank changes.
         self._fire_steps: dict[str, frozenset[int | None]] = {}
         self._fired_key: tuple[int, int] = (-1, 0)  # the rank and firings they hold for
+        self.gates = Gates((), self.faulted)  # the patches' gates (``install_gates``)
         with self._lock:
+            self._decide()
+
+    def install_gates(self, installed: list[tuple[PatchPoint, list[Any]]]) -> None:
+        """Decide the gates of these patches (``_gates.py``) from now on."""
+        with self._lock:
+            self.gates = Gates(installed, self.faulted)
             self._decide()
 
     # -- context ----------------------------------------------------------------------
@@ -127,7 +130,45 @@ class Engine:
             self._attach(trainer)
             self.training_device(_root_device(trainer))
             with self._lock:  # another trainer: another step counter, another step
+                self.clock.steady = False
                 self._decide()
+
+    def trainer_runs(self, trainer: Any) -> None:
+        """``trainer`` enters a fit (or validate, test, predict): until its training loop
+        counts a batch, its step may move unheard of (a checkpoint resumed)."""
+        self.saw_trainer(trainer)
+        with self._lock:
+            if self.clock.steady:
+                self.clock.steady = False
+                self._decide()
+
+    def progress_moved(self) -> None:
+        """The running Trainer's training loop counted a batch: the step moved by one."""
+        with self._lock:
+            if not (self.clock.steady and self._moved_quietly()):
+                self.clock.steady = True
+                self._decide()
+
+    def _moved_quietly(self) -> bool:
+        """Take a step that changes nothing of what is decided (no fault at the step left
+        or the step entered, or within the batches fetched ahead; nothing pending; the
+        same process group): count what passed, note the step. True if it was one."""
+        clock = self.clock
+        steps, (rank, left) = self._fault_steps, clock.period
+        entered = self.step()
+        if entered is None or entered in steps or left in steps:
+            return False
+        if self.gates.ahead_sites and not steps.isdisjoint(
+            range(entered, entered + AHEAD_STEPS + 1)
+        ):
+            return False
+        if self._tracer is not None or self.ledger.holds or self.pending_oom is not None:
+            return False
+        if repeat_pending() or self._waiting_device is not None or not clock.same_group:
+            return False
+        self._tally.fold(self._counts, rank, left)
+        clock.advance(entered)
+        return True
 
     def _attach(self, trainer: Any) -> None:
         """Give a newly seen Trainer the checks' observer callbacks (once each)."""
@@ -152,7 +193,17 @@ class Engine:
 
     def training_began(self, begins: bool = True) -> None:
         if self._trainer is None:
+            before = self.loop.step
             self.loop.training_call(begins)
+            if self.loop.step != before:
+                with self._lock:
+                    self._decide()
+
+    def mark_step(self) -> None:
+        """The program's own end of a loop's step (``chaoslight.mark_step``)."""
+        self.loop.mark()
+        with self._lock:
+            self._decide()
 
     def step_ended(self, optimizer: Any) -> None:
         if not self._device_known:  # a loop's device: its first optimizer's parameters
@@ -215,42 +266,56 @@ class Engine:
     def _stale(self, _: object = None) -> None:
         """Make the next call that passes through decide again (a trainer is gone)."""
         self.trainer_id = None
-        self._read_steps = _STALE
-
-    def _moved(self) -> bool:
-        """Whether the clock moved since the last decision: the rank or the step may have."""
-        return self._steps() != self._read_steps or self._group() is not self._read_group
+        self.clock.stale()
+        self.gates.open_all()
 
     def _decide_again(self) -> None:
         """Decide again, unless another thread did since the clock moved."""
         with self._lock:
-            if self._moved():
+            if self.clock.moved():
                 self._decide()
 
     def _decide(self) -> None:
         """Count what passed through, then decide which sites are live (lock held)."""
         if self._waiting_device is not None:
             self.training_device(self._waiting_device)
-        self._tally.fold(self._counts, *self._period)
-        # Readings that change whenever the rank or the step may.
-        self._group = group_reading()
-        self._steps = step_reading(self.trainer) or self.step
-        self._read_steps, self._read_group = self._steps(), self._group()
-        rank, step = current_rank(self.environment_rank), self.step()
-        self._period = (rank, step)
+        self._tally.fold(self._counts, *self.clock.period)
+        rank, step = self.clock.read(self.trainer, self.step)
         if (rank, self.fired.total()) != self._fired_key:  # a fault spent, another rank
             self._fired_key = (rank, self.fired.total())
             self._fire_steps = {}
         if self._tracer is not None or self.ledger.holds:
             self.live = self.armed  # every armed call is traced, or may release a hold
+            self.gates.open_all()
         else:
             self.live = self._liveness.decide(rank, step, self.fired)
+            self.gates.decide(self._gating(rank, step))
+
+    def _gating(self, rank: int, step: int | None) -> Decision:
+        """What the gates are decided from (``_gates.py``): nothing closes until the engine
+        hears of every move of the clock; the rank counts once a process group says it."""
+        if not self.clock.steady:
+            return OPEN
+        known = rank if self.clock.rank_known else None
+        loop = self._trainer is None
+        # A loop's first batch and forward come before its first backward: step 0's.
+        steps = (step, 0) if loop and step is None else (step,)
+        gates = self.gates
+        return Decision(
+            self._liveness.watched(known, steps, self.fired),
+            self._liveness.ahead(known, step, AHEAD_STEPS, self.fired)
+            if gates.ahead_sites
+            else frozenset(),
+            loop,
+            self.pending_oom is not None,
+            repeat_pending(),
+        )
 
     def counts(self) -> Counts:
         """Calls of each armed site on this rank: per site (``calls``), per (site, rank)
         (``reached``), the steps each ran at (``steps_seen``), passed-through calls included."""
         with self._lock:
-            self._tally.fold(self._counts, *self._period)
+            self._tally.fold(self._counts, *self.clock.period)
         return self._counts
 
     def internal(self) -> Any:
@@ -286,9 +351,10 @@ class Engine:
             return wrapped(*args, **kwargs)  # chaoslight's own call, or nested (super() chains)
         if site in self.live:
             return self._matched(site, wrapped, instance, args, kwargs, behaviour)
-        # The way through, inline (``_moved`` spelled out: no frame): every armed call that
-        # cannot fire takes it.
-        if self._steps() != self._read_steps or self._group() is not self._read_group:
+        # The way through, inline (``Clock.moved`` spelled out: no frame): every armed call
+        # that cannot fire takes it, while its gate is open.
+        clock = self.clock
+        if clock.steps() != clock.read_steps or clock.group() is not clock.read_group:
             self._decide_again()  # the step or the rank may have changed
             if site in self.live:
                 return self._matched(site, wrapped, instance, args, kwargs, behaviour)
@@ -350,7 +416,7 @@ class Engine:
         Such a call may fire although its site is not live at this step; it passes, counted
         at its own step, if none of the site's faults can fire at that step on this rank."""
         assert behaviour.step_of is not None
-        rank, now = self._period  # the clock has not moved since they were read
+        rank, now = self.clock.period  # the clock has not moved since they were read
         step = behaviour.step_of(self.trainer, instance, now)
         can_fire = self._fire_steps.get(site)
         if can_fire is None:
@@ -401,7 +467,14 @@ class Engine:
         __tracebackhide__ = True
         call = self._local.stack[-1][1]
         for fault in firing.faults:
-            self.record(FIRED, site, firing.rank, firing.step, str(fault), call)
+            self.record(
+                FIRED,
+                site,
+                firing.rank,
+                firing.step,
+                str(fault),
+                self._counts.number(site, fault.step, call),
+            )
             if fault.aborts() and behaviour.before_abort is not None:
                 with self.internal():
                     behaviour.before_abort(wrapped, args, kwargs)
@@ -448,6 +521,8 @@ class Engine:
     def sync_point(self) -> None:
         with self._lock:  # one thread takes a deferred OOM, exactly once
             error, self.pending_oom = self.pending_oom, None
+            if error is not None:
+                self._decide()  # the sync points' gates close again
         if error is not None:
             self.record(SURFACED, "sync", current_rank(), self.step(), "", detail=str(error)[:80])
             raise error
@@ -488,6 +563,7 @@ class Engine:
             )
             self.pending_oom = None
         self.notices.close()
+        self.clock.reached(self.step())
         note_never_fired(self)
         if self.ran_a_trainer and preempts(self.schedule):
             note_stop(

@@ -47,7 +47,9 @@ class Event:
     time: float
     wall: float
     fault: str = ""
-    call: int = 0  # the n-th call of the site on this rank
+    # The call's number on this rank: for a firing, what the fault's ``nth`` counts
+    # (within its step, for a fault at a step); for a span, within the run.
+    call: int = 0
     detail: str = ""
     pid: int = 0
 
@@ -189,14 +191,24 @@ def read_event_log(path: str | os.PathLike[str]) -> EventLog:
     return EventLog(tuple(events), truncated, malformed)
 
 
-def render_report(events: list[Event], reached: Counter[tuple[str, int]]) -> str:
-    """Text report: every event, then how often each armed site was reached per rank."""
+def render_report(
+    events: list[Event],
+    reached: Counter[tuple[str, int]],
+    unwatched: frozenset[str] = frozenset(),
+) -> str:
+    """Text report: every event, then how often each armed site was reached per rank (of
+    an ``unwatched`` site, only its calls where one of its faults could fire)."""
     lines = ["chaoslight: " + _summary(events)]
     lines += ["  " + event.line() for event in events]
-    if reached:
+    counted = sorted((key, n) for key, n in reached.items() if key[0] not in unwatched)
+    if counted:
         lines.append("sites reached (calls per rank):")
-        for (site, rank), count in sorted(reached.items()):
-            lines.append(f"  {site} rank {rank}: {count}")
+        lines += [f"  {site} rank {rank}: {count}" for (site, rank), count in counted]
+    if unwatched:
+        lines.append(
+            "not counted where none of their faults could fire (chaoslight does not watch "
+            "them there): " + ", ".join(sorted(unwatched))
+        )
     return "\n".join(lines)
 
 

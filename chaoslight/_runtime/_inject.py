@@ -71,6 +71,9 @@ class Run:
         self.schedule = schedule
         self.events: list[Event] = []
         self.reached: Counter[tuple[str, int]] = Counter()
+        # Sites counted only where one of their faults could fire (their gate closed at the
+        # other steps: ``_runtime/_gates.py``): ``reached`` holds only those calls of theirs.
+        self.unwatched: frozenset[str] = frozenset()
         self.violations: list[Violation] = []
 
     def fired(self, site: str | None = None) -> list[Event]:
@@ -79,7 +82,7 @@ class Run:
 
     def report(self) -> str:
         shown = [e for e in self.events if e.kind not in SPAN_KINDS]  # a trace's spans: thousands
-        return render_report(shown, self.reached)
+        return render_report(shown, self.reached, self.unwatched)
 
     def to_jsonl(self) -> str:
         return to_jsonl(self.events)
@@ -153,7 +156,9 @@ class Injection:
                 self._engine.callbacks.append(self._program)
             deferred = any(isinstance(f, OOM) and f.deferred for f in self.schedule)
             points = _sites.points_for(self.schedule.sites | self.observe, deferred_oom=deferred)
-            self._patches = _sites.install(points)
+            installed = _sites.install(points)
+            self._patches = [patch for _, patches in installed for patch in patches]
+            self._engine.install_gates(installed)
             _sites.STATE.dispatcher = self._engine
             self._budget_mode = mode = watch_allocations(self._engine)
             self._engine.stop_counting = lambda: stop_watching(mode)
@@ -226,6 +231,9 @@ class Injection:
                     self._engine.close()
                     self.run.events = list(self._engine.events)
                     self.run.reached = Counter(self._engine.counts().reached)
+                    self.run.unwatched = frozenset(
+                        self._engine.gates.unwatched & self._engine.armed
+                    )
             finally:
                 with _LOCK:
                     if _ACTIVE is self:
@@ -291,4 +299,4 @@ def mark_step() -> None:
     injection = _ACTIVE
     engine = injection.engine if injection is not None else None
     if engine is not None:
-        engine.loop.mark()
+        engine.mark_step()

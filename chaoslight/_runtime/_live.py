@@ -18,9 +18,12 @@ fault of its site can fire at that step (``steps_that_fire``), else counted ther
 Decisions never change what fires: each call that is matched is matched against the whole
 schedule, and the calls that passed straight through are counted into the engine's
 numbers (calls per site, per rank, per step, the steps a site ran at) at the rank and step
-of the decision they passed under (``Tally``), before anything reads them (``Counts``), so
-call numbers, reports and never-fired notes read as they did when every armed call went
-through the engine.
+of the decision they passed under (``Tally``), before anything reads them (``Counts``).
+Once the engine hears of every move of the step, the patches of the sites that are not
+live close (``_gates.py``) and their calls are not counted at all: what ``nth`` counts is
+still exact (a fault's site is live for all of its step, or for the whole run), and so is
+the number a firing reports (``Counts.number``); the counts of a closed site are those of
+the steps it was watched at.
 """
 
 from __future__ import annotations
@@ -53,26 +56,49 @@ class Liveness:
 
     def decide(self, rank: int, step: int | None, fired: Mapping[int, int]) -> frozenset[str]:
         """The sites where a fault can fire at ``rank`` and ``step``, given the firings so far."""
+        return self.watched(rank, (step,), fired)
+
+    def watched(
+        self, rank: int | None, steps: tuple[int | None, ...], fired: Mapping[int, int]
+    ) -> frozenset[str]:
+        """The sites where a fault can fire at one of ``steps`` on ``rank`` (None: on any
+        rank), and the sites always watched."""
+        candidates = [*self.by_step.get(None, ())]
+        for step in steps:
+            if step is not None:
+                candidates += self.by_step.get(step, ())
+        if not candidates:
+            return self.always
         live = set(self.always)
-        candidates = self.by_step.get(None, [])
-        if step is not None:
-            candidates = candidates + self.by_step.get(step, [])
         live.update(
             fault.site for index, fault in candidates if can_fire(index, fault, rank, fired)
         )
         return frozenset(live)
 
+    def ahead(
+        self, rank: int | None, step: int | None, span: int, fired: Mapping[int, int]
+    ) -> frozenset[str]:
+        """The sites where a fault can fire at ``step`` or one of the ``span`` after it
+        (from step 0 before training), at any step, or always watched."""
+        first = 0 if step is None else step
+        return self.watched(rank, tuple(range(first, first + span + 1)), fired)
 
-def can_fire(index: int, fault: Fault, rank: int, fired: Mapping[int, int]) -> bool:
-    """Whether schedule fault ``index`` can still fire on ``rank``: not spent, and for this
-    rank or every rank (a reordered reduction is summed on every rank)."""
+
+def can_fire(index: int, fault: Fault, rank: int | None, fired: Mapping[int, int]) -> bool:
+    """Whether schedule fault ``index`` can still fire on ``rank`` (None: on some rank): not
+    spent, and for this rank or every rank (a reordered reduction is summed on every rank)."""
     if fault.times is not None and fired.get(index, 0) >= fault.times:
         return False
-    return fault.rank is None or fault.rank == rank or isinstance(fault, ReorderReduction)
+    return (
+        rank is None
+        or fault.rank is None
+        or fault.rank == rank
+        or isinstance(fault, ReorderReduction)
+    )
 
 
 def steps_that_fire(
-    faults: Iterable[Indexed], rank: int, fired: Mapping[int, int]
+    faults: Iterable[Indexed], rank: int | None, fired: Mapping[int, int]
 ) -> frozenset[int | None]:
     """The steps at which one of a site's ``faults`` can still fire on ``rank`` (None: at
     any step): a call of that site at another step cannot fire, whatever its call number."""
@@ -138,6 +164,17 @@ class Counts:
             self.settle()
             self._count(((site, 1),), rank, (step,))
             return self._calls[site]
+
+    def number(self, site: str, step: int | None, call: int) -> int:
+        """The number a firing of a fault at ``step`` reports for call number ``call``:
+        what its ``nth`` counts, the call's number within ``step`` (``in_step`` sites), or
+        ``call`` for a fault at any step. The engine saw every such call (the site was live
+        then), whichever gates closed at other steps."""
+        if step is None:
+            return call
+        with self._lock:
+            self.settle()
+            return self._calls_in_step[(site, step)]
 
     def defer(self, calls: frozenset[tuple[str, int]], rank: int, step: int | None) -> None:
         """Count each ``(site, calls)`` at ``rank`` and ``step`` when the counts are read."""

@@ -27,11 +27,33 @@ def note_never_fired(engine: Any) -> None:
             )
             engine.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
             continue
-        steps = engine.counts().steps_seen.get(fault.site)
-        where = (
-            f"{fault.site} was reached on rank {rank} at steps "
-            + ", ".join("None" if s is None else str(s) for s in steps)
-            if steps
-            else f"{fault.site} was never reached on rank {rank}"
+        engine.record(
+            NEVER_FIRED,
+            fault.site,
+            rank,
+            None,
+            str(fault),
+            detail=where_it_ran(engine, fault, rank),
         )
-        engine.record(NEVER_FIRED, fault.site, rank, None, str(fault), detail=where)
+
+
+def where_it_ran(engine: Any, fault: Any, rank: int) -> str:
+    """Where ``fault``'s site ran on ``rank`` instead. The engine saw every call of a site
+    at the steps where one of its faults could fire; at the others, a site whose gate
+    closed (``_gates.py``) was not watched: of such a site only the fault's own step is
+    known, and whether the run got there."""
+    site, step = fault.site, fault.step
+    steps = engine.counts().steps_seen.get(site)
+    if step is not None and site in engine.gates.unwatched:
+        if steps and step in steps:
+            return f"{site} was reached on rank {rank} at step {step}"
+        last = engine.clock.last_step
+        if last is None or step > last:
+            ran = "no step" if last is None else f"up to step {last}"
+            return f"rank {rank} trained {ran}: step {step} was never reached"
+        return f"{site} was not reached on rank {rank} at step {step}"
+    if steps:
+        return f"{site} was reached on rank {rank} at steps " + ", ".join(
+            "None" if s is None else str(s) for s in steps
+        )
+    return f"{site} was never reached on rank {rank}"

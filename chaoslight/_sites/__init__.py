@@ -18,6 +18,7 @@ from chaoslight._sites._core import (
     STATE,
     Behaviour,
     Dispatcher,
+    Gating,
     PatchPoint,
 )
 from chaoslight._sites._patch import MISSING, Patch, resolve
@@ -37,6 +38,7 @@ __all__ = [
     "STATE",
     "Behaviour",
     "Dispatcher",
+    "Gating",
     "Patch",
     "PatchPoint",
     "install",
@@ -57,19 +59,20 @@ def points_for(sites: Iterable[str], deferred_oom: bool = False) -> list[PatchPo
     return chosen
 
 
-def install(points: Iterable[PatchPoint]) -> list[Patch]:
-    """Wrap every available owner of every point; return the patches in install order.
+def install(points: Iterable[PatchPoint]) -> list[tuple[PatchPoint, list[Patch]]]:
+    """Wrap every available owner of every point; each point with its patches, in install
+    order (``[p for _, ps in installed for p in ps]`` is what ``uninstall`` takes).
 
     On any failure the patches made so far are undone before the error propagates.
     """
-    patches: list[Patch] = []
+    installed: list[tuple[PatchPoint, list[Patch]]] = []
     try:
         for point in points:
-            patches.extend(point.install())
+            installed.append((point, point.install()))
     except BaseException:
-        uninstall(patches)
+        uninstall([patch for _, patches in installed for patch in patches])
         raise
-    return patches
+    return installed
 
 
 def uninstall(patches: list[Patch]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaoslight._sites._core import Call, PatchPoint
+from chaoslight._sites._core import Call, Gating, PatchPoint
 
 
 def in_async_wait(filename: str) -> bool:
@@ -35,5 +35,6 @@ ASYNC_WORK_POINTS: tuple[PatchPoint, ...] = (
         "wait",
         _async_wait,
         always=True,
+        gating=Gating.ALWAYS,  # the frame a blocked rank's stack ends in, whatever fires
     ),
 )

@@ -19,6 +19,11 @@ _REPEATS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _NONE = object()
 
 
+def repeat_pending() -> bool:
+    """Whether a repeat left a batch for a fetcher's next fetch."""
+    return bool(_REPEATS)
+
+
 def read_twice(call: Call) -> Call:
     """The fetch ``call`` (a fetcher's bound ``__next__``), whose batch is read again by
     the fetcher's next fetch, in place of the one that fetch reads: a stale read."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -56,6 +57,17 @@ class Dispatcher(Protocol):
 
     def saw_trainer(self, trainer: Any) -> None: ...
 
+    def trainer_runs(self, trainer: Any) -> None:
+        """``trainer`` enters fit, validate, test or predict: its step may jump (a resumed
+        checkpoint) until its training loop next counts a batch."""
+
+    # The engine's clock (``_runtime/_clock.py``): ``clock.counter`` is the running
+    # Trainer's training-loop progress, whose count of batches is the step.
+    clock: Any
+
+    def progress_moved(self) -> None:
+        """The training loop counted a batch as ready on ``clock``: the step moved."""
+
     @property
     def ran_a_trainer(self) -> bool:
         """A Trainer ran in this process: its steps and sites stand."""
@@ -90,6 +102,20 @@ class _State:
 STATE = _State()
 
 
+class Gating(enum.Enum):
+    """When a patch point's gate is open, i.e. its calls reach its wrapper at all
+    (``_runtime/_gates.py``): closed, a call goes to the wrapped function in C."""
+
+    SITE = "site"  # while one of its sites can fire (or a deferred OOM waits, at a sync point)
+    ALWAYS = "always"  # while a schedule is active: it tracks the trainer or the step
+    # It moves a loop's step (a batch fetched, a backward): always in a loop no Trainer
+    # runs, else as SITE.
+    LOOP_CLOCK = "loop clock"
+    # Its calls may belong to a later step than the clock's (a batch fetched ahead): while
+    # one of its sites can fire at this step or one of the next ``AHEAD_STEPS``.
+    AHEAD = "ahead"
+
+
 @dataclass(frozen=True)
 class PatchPoint:
     """One attribute to wrap on every owner that can be imported.
@@ -107,7 +133,9 @@ class PatchPoint:
     subclasses: bool = False
     always: bool = False  # installed whenever a schedule is active (trainer tracking)
     sync_point: bool = False  # a deferred OOM surfaces here
+    fetch: bool = False  # a batch fetched: a batch a repeat left is handed over here
     notes: dict[str, str] = field(default_factory=dict)
+    gating: Gating = Gating.SITE
 
     def install(self) -> list[Any]:
         """Wrap the attribute on every owner that can be imported; the patches, each with

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaoslight._schedule._catalog import FABRIC_CALLS
-from chaoslight._sites._core import Behaviour, PatchPoint, site_wrapper
+from chaoslight._sites._core import Behaviour, Gating, PatchPoint, site_wrapper
 from chaoslight._sites._loop import loop_site, loop_step
 from chaoslight._sites._patch import Wrapper
 from chaoslight._sites._tensors import poison
@@ -73,6 +73,8 @@ def _points() -> tuple[PatchPoint, ...]:
                 ATTRIBUTES.get(name, name),
                 _wrapper(name, site),
                 sites=frozenset({site}),
+                # The model's call moves a loop's step (``_wrapper``).
+                gating=Gating.LOOP_CLOCK if name == "forward" else Gating.SITE,
             )
         )
     return tuple(points)

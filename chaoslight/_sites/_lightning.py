@@ -19,7 +19,7 @@ from typing import Any
 
 from chaoslight._schedule._catalog import LIGHTNING_HOOKS, LIGHTNING_STEPS
 from chaoslight._sites._batches import repeatable_fetch
-from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
+from chaoslight._sites._core import STATE, Behaviour, Call, Gating, PatchPoint, site_wrapper
 from chaoslight._sites._patch import Wrapper
 from chaoslight._sites._tensors import poison
 from chaoslight._sites._versions import LightningPoint
@@ -111,7 +111,7 @@ def _trainer_tracker(
     dispatcher = STATE.dispatcher
     if dispatcher is None or not args:
         return wrapped(*args, **kwargs)
-    dispatcher.saw_trainer(args[0])
+    dispatcher.trainer_runs(args[0])
     resume = getattr(dispatcher, "resume_from", None)
     if resume and len(args) > 1 and getattr(args[1], "__name__", "") == "_fit_impl":
         args, kwargs = _with_checkpoint(args, kwargs, resume)
@@ -143,6 +143,19 @@ def _with_checkpoint(
 
 
 _forward_site = site_wrapper("lightning.forward", RESULT_BEHAVIOUR)
+
+
+def _progress_moved(
+    wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """A loop's progress counts a batch as ready: the training loop's is the step's clock
+    (``_runtime/_context.step_of``), so the runtime hears of every step as it begins."""
+    __tracebackhide__ = True
+    result = wrapped(*args, **kwargs)
+    dispatcher = STATE.dispatcher
+    if dispatcher is not None and instance is dispatcher.clock.counter:
+        dispatcher.progress_moved()
+    return result
 
 
 def _forward_wrapper(
@@ -197,6 +210,18 @@ LIGHTNING_POINTS: tuple[PatchPoint, ...] = (
         "_call_and_handle_interrupt",
         _trainer_tracker,
         always=True,
+        gating=Gating.ALWAYS,
+    ),
+    LightningPoint(
+        # Every batch a Lightning loop counts (the training loop's, whose count is the
+        # step; the evaluation loops' pass by). Inherited from _Progress: wrapped on
+        # _BatchProgress, the optimizer's progress (a _Progress too) is left alone.
+        "lightning:progress",
+        _paths("loops.progress:_BatchProgress"),
+        "increment_ready",
+        _progress_moved,
+        always=True,
+        gating=Gating.ALWAYS,
     ),
     LightningPoint(
         "lightning:loader_prepared",
@@ -204,6 +229,7 @@ LIGHTNING_POINTS: tuple[PatchPoint, ...] = (
         "_prepare_dataloader",
         _loader_prepared,
         always=True,
+        gating=Gating.ALWAYS,
     ),
     LightningPoint(
         "lightning:strategy_hooks",
@@ -275,5 +301,7 @@ LIGHTNING_POINTS: tuple[PatchPoint, ...] = (
         "__next__",
         _next_batch_wrapper,
         sites=frozenset({"lightning.next_batch"}),
+        gating=Gating.AHEAD,  # a batch is fetched ahead of its step (``_batch_step``)
+        fetch=True,
     ),
 )

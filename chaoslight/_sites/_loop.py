@@ -23,13 +23,14 @@ Lightning's own step counter wins and the loop's is never read.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from chaoslight._sites._batches import repeatable_fetch
-from chaoslight._sites._core import STATE, Behaviour, Call, PatchPoint, site_wrapper
-from chaoslight._sites._patch import Wrapper
+from chaoslight._sites._core import STATE, Behaviour, Call, Gating, PatchPoint, site_wrapper
+from chaoslight._sites._patch import Gated, Wrapper
 from chaoslight._sites._tensors import poison
 
 
@@ -99,13 +100,18 @@ def _next_batch(wrapped: Call, instance: Any, args: tuple[Any, ...], kwargs: dic
     return batch
 
 
-class HookPatch:
-    """Optimizer step hooks registered with torch: undone by removing the handles."""
+class HookPatch(Gated):
+    """Optimizer step hooks registered with torch: undone by removing the handles. Its
+    ``gate`` is a patch's: the hooks return at once while it is closed."""
 
-    def __init__(self, handles: list[Any]) -> None:
-        self.handles = handles
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+        self.gate = [True]
+        self.undone = False
 
     def undo(self) -> None:
+        self.undone = True
+        self.gate.clear()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -118,8 +124,12 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 _optimizer_site = loop_site("torch.optimizer_step", LOOP_BEHAVIOUR)
 
 
-def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _before_step(
+    gate: list[bool], optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     __tracebackhide__ = True
+    if not gate:
+        return
     dispatcher = STATE.dispatcher
     if dispatcher is None or dispatcher.is_internal():
         return
@@ -128,7 +138,11 @@ def _before_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     dispatcher.tell_loop_observers("on_loop_before_optimizer_step", optimizer)
 
 
-def _after_step(optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _after_step(
+    gate: list[bool], optimizer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    if not gate:
+        return
     dispatcher = STATE.dispatcher
     if dispatcher is not None and not dispatcher.is_internal():
         dispatcher.tell_loop_observers("on_loop_after_optimizer_step", optimizer)
@@ -160,14 +174,12 @@ class OptimizerHooks(PatchPoint):
             register_optimizer_step_pre_hook,
         )
 
-        return [
-            HookPatch(
-                [
-                    register_optimizer_step_pre_hook(_before_step),
-                    register_optimizer_step_post_hook(_after_step),
-                ]
-            )
+        patch = HookPatch()
+        patch.handles += [
+            register_optimizer_step_pre_hook(functools.partial(_before_step, patch.gate)),
+            register_optimizer_step_post_hook(functools.partial(_after_step, patch.gate)),
         ]
+        return [patch]
 
 
 LOOP_POINTS: tuple[PatchPoint, ...] = (
@@ -178,6 +190,7 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         _backward,
         sites=frozenset({"torch.backward"}),
         always=True,
+        gating=Gating.LOOP_CLOCK,
     ),
     OptimizerHooks(
         "torch:optimizer_step",
@@ -186,6 +199,7 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         site_wrapper("torch.optimizer_step"),  # unused: the hooks call the dispatcher
         sites=frozenset({"torch.optimizer_step"}),
         always=True,
+        gating=Gating.LOOP_CLOCK,
     ),
     PatchPoint(
         "torch:init_optim_state",
@@ -193,6 +207,7 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         "_init_optim_state",
         _torch_own_step,
         always=True,
+        gating=Gating.ALWAYS,
     ),
     PatchPoint(
         # Both iterator classes inherit __next__ from the base (they override _next_data).
@@ -202,5 +217,7 @@ LOOP_POINTS: tuple[PatchPoint, ...] = (
         _next_batch,
         sites=frozenset({"torch.next_batch"}),
         always=True,  # a batch fetched begins the loop's next step
+        gating=Gating.LOOP_CLOCK,
+        fetch=True,
     ),
 )

@@ -35,25 +35,45 @@ Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
 MAX_CHAIN = 64
 
 
+class Gated:
+    """Something the engine opens and closes (``_runtime/_gates.py``): its ``gate`` list's
+    truth says whether calls reach our code; undone, it stays closed for good."""
+
+    gate: list[bool]
+    undone: bool
+
+    @property
+    def live(self) -> bool:
+        """Installed and not undone (its gate may be closed for now)."""
+        return not self.undone
+
+    def open(self) -> None:
+        if not self.gate and not self.undone:
+            self.gate.append(True)
+
+    def close(self) -> None:
+        self.gate.clear()
+
+
 @dataclass(eq=False)
-class Patch:
+class Patch(Gated):
     """One attribute wrapped by us: where, what was stored there, and our wrapper."""
 
     owner: Any
     name: str
     original: Any  # vars(owner)[name] before patching, or MISSING if it was inherited
     wrapper: Any = None  # our wrapt.FunctionWrapper
-    # wrapt's ``enabled``: our wrapper runs while this list is not empty, and once undone
-    # only passes calls through. wrapt calls an ``enabled`` that is callable on every call
-    # (a Python frame per call of an armed site); a list's truth it reads in C (its stubs
-    # ask for ``__bool__``, which a list's length stands for).
+    # wrapt's ``enabled``: our wrapper runs while this list is not empty; closed, a call
+    # goes straight to the wrapped function. wrapt calls an ``enabled`` that is callable on
+    # every call (a Python frame per call of an armed site); a list's truth it reads in C
+    # (its stubs ask for ``__bool__``, which a list's length stands for). The engine closes
+    # it while none of the patch's sites can fire (``_runtime/_gates.py``); undone, it stays
+    # closed for good.
     gate: list[bool] = field(default_factory=lambda: [True])
-
-    @property
-    def live(self) -> bool:
-        return bool(self.gate)
+    undone: bool = False
 
     def undo(self) -> None:
+        self.undone = True
         self.gate.clear()
         current = vars(self.owner).get(self.name, MISSING)
         if current is self.wrapper:

@@ -147,6 +147,7 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("loops.fit_loop:_FitLoop.total_batch_idx", "the step of every event"),
     Internal("loops.training_epoch_loop:_TrainingEpochLoop.total_batch_idx", "the step"),
     Internal("loops.progress:_BatchProgress", "the step", fields=("total", "current")),
+    Internal("loops.progress:_Progress.increment_ready", "hearing of each step as it begins"),
     Internal("loops.progress:_ReadyCompletedTracker", "the step", fields=("ready",)),
     Internal(
         "strategies.ddp:DDPStrategy._setup_model",
