@@ -15,6 +15,7 @@ and prints the median time of ``trainer.fit`` for each, and the ratios b/a and c
     python benchmarks/overhead.py                  # 5 rounds of 300 steps, 1 torch thread
     python benchmarks/overhead.py --rounds 11 --steps 500 --threads 0
     python benchmarks/overhead.py --opcodes        # opcodes per step: a count, not a time
+    python benchmarks/overhead.py --loop           # the same MLP in a plain PyTorch loop
 
 Both wall and CPU time (``time.process_time``) are reported: on a shared machine the
 CPU time of the process is the steadier measure of the work chaoslight adds.
@@ -111,6 +112,28 @@ def time_fit(
     return elapsed
 
 
+def time_loop(
+    steps: int, data: DataLoader, context: Callable[[], Any], accelerator: str = "cpu"
+) -> tuple[float, float]:
+    """Wall and CPU seconds of the same training written as a plain PyTorch loop (no
+    Trainer: chaoslight counts the loop's steps itself, ``_runtime/_loop_steps.py``)."""
+    torch.manual_seed(0)
+    device = torch.device(accelerator)
+    model = MLP().net.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with context() as run:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for x, y in data:
+            loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        elapsed = time.perf_counter() - start, time.process_time() - start_cpu
+    if run is not None and run.fired():
+        raise AssertionError(f"a fault fired during the benchmark: {run.fired()[0]}")
+    return elapsed
+
+
 def device_name(device: str) -> str:
     """The device a row was measured on, in words (a table row says which card)."""
     if device == "cuda":
@@ -118,7 +141,7 @@ def device_name(device: str) -> str:
     return f"CPU ({os.cpu_count()} cores)"
 
 
-def opcodes_per_step(context: Callable[[], Any]) -> tuple[float, float]:
+def opcodes_per_step(context: Callable[[], Any], train: Any = None) -> tuple[float, float]:
     """Python opcodes per step of a fit inside ``context()``: all, and chaoslight's and wrapt's
     (the difference of a 60- and a 20-step fit, so the fit's set-up cancels out)."""
     counts = Counter[bool]()
@@ -139,7 +162,7 @@ def opcodes_per_step(context: Callable[[], Any]) -> tuple[float, float]:
         counts.clear()
         sys.settrace(trace)
         try:
-            time_fit(steps, loader(steps, 64), context)
+            (train or time_fit)(steps, loader(steps, 64), context)
         finally:
             sys.settrace(None)
         totals.append((counts[True] + counts[False], counts[True]))
@@ -147,9 +170,9 @@ def opcodes_per_step(context: Callable[[], Any]) -> tuple[float, float]:
     return (all_60 - all_20) / 40, (ours_60 - ours_20) / 40
 
 
-def count_opcodes(ways: dict[str, Callable[[], Any]]) -> None:
+def count_opcodes(ways: dict[str, Callable[[], Any]], train: Any = None) -> None:
     """Print each way's Python opcodes per step, and what chaoslight adds to the plain fit."""
-    counted = {name: opcodes_per_step(context) for name, context in ways.items()}
+    counted = {name: opcodes_per_step(context, train) for name, context in ways.items()}
     plain = counted[next(iter(ways))][0]
     print("Python opcodes per training step (sys.settrace; C code such as torch's is not seen):")
     for name, (every, ours) in counted.items():
@@ -166,6 +189,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where the fit trains"
+    )
+    parser.add_argument(
+        "--loop", action="store_true", help="train in a plain PyTorch loop, not a Trainer"
     )
     parser.add_argument(
         "--opcodes",
@@ -188,10 +214,11 @@ def main() -> None:
         "b inject(Schedule())": lambda: chaoslight.inject(Schedule()),
         f"c inject({len(armed)} sites armed)": lambda: chaoslight.inject(armed),
     }
+    train = time_loop if args.loop else time_fit
     for context in ways.values():  # warm-up: imports, first-call costs, allocator
-        time_fit(min(args.steps, 50), data, context, args.device)
+        train(min(args.steps, 50), data, context, args.device)
     if args.opcodes:
-        count_opcodes(ways)
+        count_opcodes(ways, train)
         return
 
     names = list(ways)
@@ -200,13 +227,13 @@ def main() -> None:
     for round_ in range(args.rounds):
         # Rotate the order every round so drift (thermal, other load) hits all three alike.
         for name in names[round_ % 3 :] + names[: round_ % 3]:
-            seconds, cpu_seconds = time_fit(args.steps, data, ways[name], args.device)
+            seconds, cpu_seconds = train(args.steps, data, ways[name], args.device)
             wall[name].append(seconds)
             cpu[name].append(cpu_seconds)
 
     print(
         f"{device_name(args.device)}: {args.steps} steps, batch {args.batch}, 3-layer MLP "
-        "(width 256), Adam, "
+        f"(width 256), Adam, {'a plain PyTorch loop' if args.loop else 'trainer.fit'}, "
         f"{args.rounds} rounds interleaved, torch threads {torch.get_num_threads()}, "
         f"Python {sys.version.split()[0]}, torch {torch.__version__}, Lightning {pl.__version__}"
     )
@@ -214,7 +241,7 @@ def main() -> None:
     for clock, times in (("wall", wall), ("cpu", cpu)):
         medians = {name: statistics.median(values) for name, values in times.items()}
         plain = medians[names[0]]
-        print(f"{clock} time of trainer.fit (median of {args.rounds}; all rounds in brackets):")
+        print(f"{clock} time of the training (median of {args.rounds}; all rounds in brackets):")
         for name in names:
             spread = " ".join(f"{t:.3f}" for t in times[name])
             per_step = 1e6 * (medians[name] - plain) / args.steps

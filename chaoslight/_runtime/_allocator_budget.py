@@ -104,3 +104,45 @@ def _program_line(error: BaseException) -> str:
     if frame is None:
         return "no frame outside torch, Lightning and chaoslight"
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+class TrainingDevice:
+    """The device a rank trains on, learnt once (a Trainer's root device; a loop's first
+    optimizer step). Under a budget on a CUDA device, the caching allocator's limit
+    enforces the budget from then on, and ``stop_counting`` (set by ``inject``) takes the
+    CPU's dispatch mode off: no mode watches the ops."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.known = False
+        self.waiting: Any = None  # a CUDA device named before CUDA was initialised
+        self.limit: AllocatorLimit | None = None
+        self.stop_counting: Any = None
+
+    def tell(self, device: Any) -> None:
+        """The rank trains on ``device``."""
+        if device is None or self.known:
+            return
+        budget = self.ledger.budget
+        if budget is not None and getattr(device, "type", None) == "cuda" and not cuda_ready():
+            # Asking the card now would initialise CUDA in this process, which a parent
+            # that forks its ranks (ddp_fork) must not: decide when the step moves.
+            self.waiting = device
+            return
+        self.known, self.waiting = True, None
+        if budget is None:
+            return
+        self.limit = AllocatorLimit.engage(device, budget)
+        if self.limit is not None:
+            self.ledger.enforced_elsewhere = True
+            if self.stop_counting is not None:
+                self.stop_counting()
+
+    def settle(self) -> None:
+        """Engage the device named before CUDA was ready, if it is now."""
+        if self.waiting is not None:
+            self.tell(self.waiting)
+
+    def release(self) -> None:
+        if self.limit is not None:
+            self.limit.release()

@@ -20,7 +20,7 @@ from collections import Counter
 from typing import IO, Any
 
 from chaoslight._runtime._actions import ACTIONS, Firing
-from chaoslight._runtime._allocator_budget import AllocatorLimit, cuda_ready
+from chaoslight._runtime._allocator_budget import TrainingDevice
 from chaoslight._runtime._clock import Clock
 from chaoslight._runtime._context import current_rank, environment_rank, step_of
 from chaoslight._runtime._events import FIRED, FREED, NOTE, SURFACED, Event
@@ -84,12 +84,8 @@ class Engine:
         self.resume_from: str | None = None  # a checkpoint for a fit given no ckpt_path
         self._trainer: Any = None
         self.loop = LoopSteps()  # the step, in a process that runs no Trainer
-        # Under a budget, on a CUDA device, the allocator's own limit (``_allocator_budget``);
-        # ``stop_counting`` takes the CPU's dispatch mode off then (set by ``inject``).
-        self.device_limit: AllocatorLimit | None = None
-        self.stop_counting: Any = None
-        self._device_known = False
-        self._waiting_device: Any = None  # a CUDA device named before CUDA was initialised
+        # Where the rank trains: under a budget, on a CUDA card, the allocator's limit.
+        self.device = TrainingDevice(self.ledger)
         self._tally = Tally()
         self._local = PerThread(self._stacks, self._tally.counter)
         self._sink: IO[str] | None = open(events_file, "a") if events_file else None  # noqa: SIM115
@@ -110,6 +106,7 @@ class Engine:
         self._fire_steps: dict[str, frozenset[int | None]] = {}
         self._fired_key: tuple[int, int] = (-1, 0)  # the rank and firings they hold for
         self.gates = Gates((), self.faulted)  # the patches' gates (``install_gates``)
+        self.watching: frozenset[str] | None = None  # what the gates watch now (``_gates``)
         with self._lock:
             self._decide()
 
@@ -128,7 +125,7 @@ class Engine:
             self._trainer = weakref.ref(trainer, self._stale)
             self.trainer_id = id(trainer)
             self._attach(trainer)
-            self.training_device(_root_device(trainer))
+            self.device.tell(_root_device(trainer))
             with self._lock:  # another trainer: another step counter, another step
                 self.clock.steady = False
                 self._decide()
@@ -145,8 +142,16 @@ class Engine:
     def progress_moved(self) -> None:
         """The running Trainer's training loop counted a batch: the step moved by one."""
         with self._lock:
-            if not (self.clock.steady and self._moved_quietly()):
+            if self.clock.steady:
+                self._step_moved()
+            else:  # its first batch since it entered: every later move is heard of
                 self.clock.steady = True
+                self._decide()
+
+    def _step_moved(self) -> None:
+        """The step moved by one: decide again, unless nothing decided changes."""
+        with self._lock:
+            if not (self.clock.steady and self._moved_quietly()):
                 self._decide()
 
     def _moved_quietly(self) -> bool:
@@ -164,7 +169,7 @@ class Engine:
             return False
         if self._tracer is not None or self.ledger.holds or self.pending_oom is not None:
             return False
-        if repeat_pending() or self._waiting_device is not None or not clock.same_group:
+        if repeat_pending() or self.device.waiting is not None or not clock.same_group:
             return False
         self._tally.fold(self._counts, rank, left)
         clock.advance(entered)
@@ -196,41 +201,18 @@ class Engine:
             before = self.loop.step
             self.loop.training_call(begins)
             if self.loop.step != before:
-                with self._lock:
-                    self._decide()
+                self._step_moved()
 
     def mark_step(self) -> None:
         """The program's own end of a loop's step (``chaoslight.mark_step``)."""
         self.loop.mark()
-        with self._lock:
-            self._decide()
+        self._step_moved()
 
     def step_ended(self, optimizer: Any) -> None:
-        if not self._device_known:  # a loop's device: its first optimizer's parameters
+        if not self.device.known:  # a loop's device: its first optimizer's parameters
             first = next((p for g in optimizer.param_groups for p in g["params"]), None)
-            self.training_device(getattr(first, "device", None))
+            self.device.tell(getattr(first, "device", None))
         self.loop.optimizer_stepped(optimizer)
-
-    def training_device(self, device: Any) -> None:
-        """The rank trains on ``device``. Under a budget on a CUDA device, the caching
-        allocator's limit enforces the budget from now on (``_allocator_budget``), and no
-        dispatch mode watches the ops."""
-        if device is None or self._device_known:
-            return
-        budget = self.ledger.budget
-        if budget is not None and getattr(device, "type", None) == "cuda" and not cuda_ready():
-            # Asking the card now would initialise CUDA in this process, which a parent
-            # that forks its ranks (ddp_fork) must not: decide when the step moves.
-            self._waiting_device = device
-            return
-        self._device_known, self._waiting_device = True, None
-        if budget is None:
-            return
-        self.device_limit = AllocatorLimit.engage(device, budget)
-        if self.device_limit is not None:
-            self.ledger.enforced_elsewhere = True
-            if self.stop_counting is not None:
-                self.stop_counting()
 
     def tell_loop_observers(self, hook: str, *args: Any) -> None:
         if self._trainer is None:  # else a Trainer's own hooks tell them
@@ -277,8 +259,7 @@ class Engine:
 
     def _decide(self) -> None:
         """Count what passed through, then decide which sites are live (lock held)."""
-        if self._waiting_device is not None:
-            self.training_device(self._waiting_device)
+        self.device.settle()
         self._tally.fold(self._counts, *self.clock.period)
         rank, step = self.clock.read(self.trainer, self.step)
         if (rank, self.fired.total()) != self._fired_key:  # a fault spent, another rank
@@ -286,10 +267,13 @@ class Engine:
             self._fire_steps = {}
         if self._tracer is not None or self.ledger.holds:
             self.live = self.armed  # every armed call is traced, or may release a hold
+            self.watching = None
             self.gates.open_all()
         else:
             self.live = self._liveness.decide(rank, step, self.fired)
-            self.gates.decide(self._gating(rank, step))
+            decision = self._gating(rank, step)
+            self.watching = decision.watch
+            self.gates.decide(decision)
 
     def _gating(self, rank: int, step: int | None) -> Decision:
         """What the gates are decided from (``_gates.py``): nothing closes until the engine
@@ -572,8 +556,7 @@ class Engine:
                 self.counts().steps_seen.get(STEP_SITE),
             )
         self.ledger.release_all()
-        if self.device_limit is not None:
-            self.device_limit.release()
+        self.device.release()
         self._close_sink()
 
     def _close_sink(self) -> None:

@@ -16,8 +16,9 @@ A gate opens for a point (``Gating``) when:
   says which; on any rank before), or a fault left work for it: a deferred OOM waits for
   a sync point, a repeated batch for the next fetch;
 - ``ALWAYS``: always (it tracks the trainer or the step);
-- ``LOOP_CLOCK``: always in a loop no Trainer runs (its calls move the loop's step), else
-  when one of its sites has a fault that can fire now;
+- ``LOOP_CLOCK``: always in a loop no Trainer runs (its calls move the loop's step; its
+  wrapper passes a call of a site that cannot fire straight on, uncounted), else when one
+  of its sites has a fault that can fire now;
 - ``AHEAD``: when one of its sites can fire at this step or the next ``AHEAD_STEPS`` (a
   batch is fetched before the step it belongs to).
 
@@ -89,6 +90,9 @@ class Gates:
             return
         self._last = decision
         for group in self._groups:
+            if group.gating is Gating.LOOP_CLOCK and decision.watch is not None:
+                # Open or not, its wrapper passes the sites not watched by (``_sites/_loop``).
+                self.unwatched.update(group.sites - decision.watch)
             if self._opens(group, decision):
                 for patch in group.patches:
                     patch.open()

@@ -161,7 +161,7 @@ class Injection:
             self._engine.install_gates(installed)
             _sites.STATE.dispatcher = self._engine
             self._budget_mode = mode = watch_allocations(self._engine)
-            self._engine.stop_counting = lambda: stop_watching(mode)
+            self._engine.device.stop_counting = lambda: stop_watching(mode)
             self._tell_observers("on_run_start")
             enter_checks(self.checks if self.judge else ())
         except BaseException:
@@ -176,7 +176,7 @@ class Injection:
             return
         # Teardown happens whatever a check's exit() does: nothing may stay patched.
         try:
-            limit = self._engine.device_limit if self._engine is not None else None
+            limit = self._engine.device.limit if self._engine is not None else None
             if exc is not None and limit is not None and self._engine is not None:
                 limit.explain(exc, current_rank(), self._engine.step())
             if self._engine is not None and not self._engine.ran_a_trainer:

@@ -61,6 +61,10 @@ class Dispatcher(Protocol):
         """``trainer`` enters fit, validate, test or predict: its step may jump (a resumed
         checkpoint) until its training loop next counts a batch."""
 
+    # The sites whose faults can fire now, when the engine hears of every move of the
+    # step, else None (every armed site may): a loop's points, open to move the step,
+    # pass the others by (``_runtime/_gates.py``).
+    watching: frozenset[str] | None
     # The engine's clock (``_runtime/_clock.py``): ``clock.counter`` is the running
     # Trainer's training-loop progress, whose count of batches is the step.
     clock: Any

@@ -61,8 +61,9 @@ def loop_site(site: str, behaviour: Behaviour, moves: bool = False) -> Wrapper:
             return wrapped(*args, **kwargs)
         if moves:
             dispatcher.training_began(begins=False)
-        if site not in dispatcher.armed:
-            return wrapped(*args, **kwargs)
+        watching = dispatcher.watching
+        if site not in dispatcher.armed or (watching is not None and site not in watching):
+            return wrapped(*args, **kwargs)  # its point stays open only to move the step
         if dispatcher.ran_a_trainer and site not in dispatcher.faulted:
             return wrapped(*args, **kwargs)
         return dispatcher.call(site, wrapped, instance, args, kwargs, behaviour)
