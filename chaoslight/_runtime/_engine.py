@@ -215,7 +215,7 @@ class Engine:
         self.loop.optimizer_stepped(optimizer)
 
     def tell_loop_observers(self, hook: str, *args: Any) -> None:
-        if self._trainer is None:  # else a Trainer's own hooks tell them
+        if self._trainer is None and self.callbacks:  # else a Trainer's own hooks tell them
             self.tell_observers(hook, *args)
 
     def tell_observers(self, hook: str, *args: Any) -> None:
