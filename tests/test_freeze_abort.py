@@ -327,6 +327,20 @@ def test_a_rank_that_ends_by_its_aborted_group_fails_cleanly() -> None:
     assert not verdict.failed and verdict.rule == FAILED_CLEANLY
 
 
+def test_an_error_caught_by_design_before_a_peers_abort_released_the_rank_is_no_swallow() -> None:
+    """Found by the default search on ``examples/shapes/caught_bad_record.py`` (a correct
+    program that catches a bad record's JSONDecodeError and trains on): rank 0 caught its
+    injected error at step 0 and went on; at step 3 rank 1 aborted its group and ended by
+    it, which released rank 0 with gloo's transport error. That failure is the peer's
+    consequence, not the caught error's."""
+    caught = "raise@lightning.forward rank=0 step=0 exception=json.decoder:JSONDecodeError"
+    abort = "pg_abort@dist.all_reduce rank=1 step=3"
+    ranks = [aborted(0, "Connection closed by peer"), aborted(1, f"{ABORTED_GROUP_MARK} ({abort})")]
+    verdict = judge(outcome(ranks, [fired(0, caught, step=0), fired(1, abort, step=3)]))
+    assert not verdict.failed, verdict.reason
+    assert verdict.rule == FAILED_CLEANLY
+
+
 def test_a_rank_that_swallows_its_aborted_group_and_fails_later_is_found() -> None:
     """The aborted rank caught the abort and failed later in another collective: swallowed."""
     ranks = [aborted(0, "Connection closed by peer"), aborted(1, "Connection closed by peer")]

@@ -30,6 +30,12 @@ BESIDE = {
         f"preempt@{SITE} step=0 after=0.3\n"
         "flip@dist.barrier rank=0 target=optimizer_state tensor=2 index=5 bit=sign"
     ),
+    # Found by the default search (train_fixed, 60 s): rank 0 waits in the per-batch
+    # broadcast, rank 1 in the same function's barrier.
+    "two delays and a notice before the first step": (
+        f"delay@{SITE} rank=0 step=0 seconds=0.05\ndelay@{SITE} rank=0 step=0 seconds=0.05\n"
+        "preempt@lightning.on_train_start rank=0"
+    ),
     "a repeated batch": (
         f"repeat_batch@lightning.next_batch rank=0 step=0\npreempt@{SITE} rank=0 step=0"
     ),

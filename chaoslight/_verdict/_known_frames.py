@@ -25,6 +25,7 @@ _PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep
 _SEP = re.escape(os.sep)
 _OUR_MODULE = re.compile(rf"{_SEP}chaoslight{_SEP}(_[a-z_]+{_SEP}|_[a-z_]+\.py$|__init__\.py$)")
 _DISTRIBUTED = f"{os.sep}torch{os.sep}distributed{os.sep}"
+_C10D = f"{_DISTRIBUTED}distributed_c10d.py"  # where the public collectives are defined
 # Frames between a collective's caller and the wait: torch.distributed, wrapt, chaoslight's sites.
 _PLUMBING = (_DISTRIBUTED, f"{os.sep}wrapt{os.sep}")
 
@@ -82,13 +83,24 @@ def collective_caller(frames: list[FrameName]) -> FrameName | None:
 def blocked_in(result: RankResult) -> FrameName | None:
     """Who issued the collective a rank was blocked in: from its stacks when it hung or died
     by a fatal signal, else from the torch.distributed error that released it."""
-    for frames in [*threads(result.stacks or ""), *threads(crash_dump(result), True)]:
-        caller = collective_caller(frames)
-        if caller is not None:
-            return caller
+    found = blocked_at(result)
+    return found[0] if found is not None else None
+
+
+def blocked_at(result: RankResult) -> tuple[FrameName, str] | None:
+    """Who issued the collective a rank was blocked in, and which collective it is
+    (torch.distributed's function: ``broadcast``, ``barrier``; "" where no frame names
+    it): one caller may issue two (Lightning's per-batch SIGTERM check broadcasts, then
+    waits in a barrier)."""
+    candidates = [*threads(result.stacks or ""), *threads(crash_dump(result), True)]
     exc = result.exception
     if exc is not None and exc.distributed:
-        return collective_caller(traceback_frames(exc.traceback))
+        candidates.append(traceback_frames(exc.traceback))
+    for frames in candidates:
+        caller = collective_caller(frames)
+        if caller is not None:
+            named = [f for f in frames if f[0].endswith(_C10D)]
+            return caller, named[-1][1] if named else ""
     return None
 
 

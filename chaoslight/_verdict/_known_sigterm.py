@@ -48,7 +48,7 @@ from chaoslight._checks._exits import ExitStatus
 from chaoslight._report import CRASHED, FAILED, HUNG, PASSED, RELEASED, ExceptionInfo, Outcome
 from chaoslight._verdict._hangs import SIZE_MISMATCH
 from chaoslight._verdict._known_frames import (
-    blocked_in,
+    blocked_at,
     collective_callers,
     collective_ends,
     in_lightning,
@@ -101,14 +101,20 @@ def broadcast_in_handler(outcome: Outcome, taken: list[Delivery]) -> bool:
     """Lightning's handler took the SIGTERM, nothing but preemptions struck, and a rank
     was blocked in Lightning's SIGTERM broadcast (the handler's or the per-batch one)
     while a peer was in a different collective or had ended, or the ranks stopped at
-    different steps."""
+    different steps. Found by the default search on
+    ``examples/known_issues/sigterm_beside_faults.py:train_fixed`` (a SIGTERM at
+    ``on_train_start`` on rank 0, two delays beside it): rank 0 waited in the per-batch
+    broadcast while rank 1, which had read the flag in the broadcast before, waited in
+    that function's barrier: one caller, two collectives."""
     if not taken:
         return False
-    where = {r.rank: blocked_in(r) for r in outcome.ranks}
-    for rank, caller in where.items():
-        if caller is None or not in_lightning(caller, _SIGTERM_BROADCASTS):
+    where = {r.rank: blocked_at(r) for r in outcome.ranks}
+    for rank, at in where.items():
+        if at is None or not in_lightning(at[0], _SIGTERM_BROADCASTS):
             continue
-        if _stopped_apart(outcome) or any(w != caller for r, w in where.items() if r != rank):
+        # Another collective: another caller, or the same one's other collective (the
+        # per-batch check's broadcast against its barrier).
+        if _stopped_apart(outcome) or any(w != at for r, w in where.items() if r != rank):
             return True
     return False
 
