@@ -15,8 +15,13 @@ ranks' ends show (``tests/test_known_beside_faults.py`` replays five such schedu
 
 ``train_fixed`` applies the documented workaround: once Lightning has installed its
 handler it is replaced by one that only sets a flag, every rank joins one MAX all-reduce
-of the flag at each batch start, and all stop together at the same step (and the job
-exits 143 so the scheduler requeues it).
+of the flag at each batch start, and all stop together at the end of the epoch in which
+they agreed (and the job exits 143 so the scheduler requeues it). At the epoch's end,
+because its checkpoint is the epoch-end ``last.ckpt``: stopped mid-epoch, Lightning
+counts the cut-short epoch as finished in that checkpoint and the requeued job would
+skip the rest of it (``restart-equivalence`` under ``restarts 1`` +
+``preempt@lightning.training_step step=0`` found that in an earlier version of this
+program, which stopped at the batch start).
 
     chaoslight fuzz examples/known_issues/sigterm_beside_faults.py:train   # known issue, exit 0
 """
@@ -64,10 +69,12 @@ class Regressor(pl.LightningModule):
 
 
 class AgreedStop(pl.Callback):
-    """The workaround: a flag in the handler, one agreed stop at a batch start."""
+    """The workaround: a flag in the handler, agreed on at each batch start, one stop at
+    the end of that epoch (its checkpoint resumes exactly)."""
 
     def __init__(self) -> None:
         self.signalled = False
+        self.agreed = False  # every rank's all-reduce said so: the same on every rank
 
     def on_train_start(self, trainer: Any, module: Any) -> None:
         signal.signal(signal.SIGTERM, self._on_sigterm)  # after Lightning installed its own
@@ -80,7 +87,10 @@ class AgreedStop(pl.Callback):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() > 0:
-            self.signalled = True
+            self.signalled = self.agreed = True
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.agreed:
             trainer.should_stop = True
 
 
