@@ -167,3 +167,11 @@ def test_an_undone_patch_stays_closed() -> None:
     patch.open()
     assert not patch.gate and vars(Owner)["method"] is patch.original
     assert Owner().method() == 1
+
+
+def test_every_always_installed_point_says_how_its_gate_opens() -> None:
+    """A point installed whenever a schedule is active tracks something (the trainer, the
+    step, a blocked rank's frame): its gate is never decided by sites it may not have."""
+    from chaoslight._sites import PATCH_POINTS, Gating
+
+    assert [p.key for p in PATCH_POINTS if p.always and p.gating is Gating.SITE] == []
