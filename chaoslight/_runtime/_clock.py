@@ -39,8 +39,8 @@ class Clock:
     def read(self, trainer: Any, step: Callable[[], int | None]) -> tuple[int, int | None]:
         """Take the readings of a decision; the rank and step it decides at."""
         self.group = group_reading()
-        self.steps = step_reading(trainer) or self._loop_step
         self.counter = step_counter(trainer)
+        self.steps = step_reading(self.counter) or self._loop_step
         self.read_steps, self.read_group = self.steps(), self.group()
         now = current_rank(self.environment_rank), step()
         self.period = now

@@ -42,7 +42,7 @@ def step_of(trainer: Any) -> int | None:
     """
     if trainer is None:
         return None
-    try:
+    try:  # ``step_counter(trainer).total.ready`` spelled inline: read at every step
         ready = trainer.fit_loop.epoch_loop.batch_progress.total.ready
     except AttributeError:
         return None
@@ -50,23 +50,23 @@ def step_of(trainer: Any) -> int | None:
 
 
 def step_counter(trainer: Any) -> Any:
-    """The training loop's batch progress of ``trainer`` (what ``step_of`` reads), or None."""
+    """The training loop's batch progress of ``trainer``, whose count is the step (what
+    ``step_of`` and ``step_reading`` read), or None."""
+    if trainer is None:
+        return None
     try:
         return trainer.fit_loop.epoch_loop.batch_progress
     except AttributeError:
         return None
 
 
-def step_reading(trainer: Any) -> Callable[[], Any] | None:
-    """A cheap reading that changes whenever ``step_of(trainer)`` may (the counter it reads),
-    or None where there is none to read: the engine then reads the step itself. The
-    engine compares it at every call of a site that cannot fire (``_runtime/_live.py``),
-    so whatever ``step_of`` reads, this must follow."""
-    try:
-        total = trainer.fit_loop.epoch_loop.batch_progress.total
-    except AttributeError:
-        return None
-    return functools.partial(getattr, total, "ready")
+def step_reading(counter: Any) -> Callable[[], Any] | None:
+    """A cheap reading that changes whenever ``step_of`` may: the count of ``counter``
+    (``step_counter(trainer)``), or None where there is none to read: the engine then
+    reads the step itself. The engine compares it at every call of a site that cannot
+    fire (``_runtime/_live.py``)."""
+    total = getattr(counter, "total", None)
+    return None if total is None else functools.partial(getattr, total, "ready")
 
 
 def group_reading() -> Callable[[], Any]:
