@@ -21,6 +21,7 @@ from typing import Any
 from chaoslight._runtime._context import current_rank
 from chaoslight._runtime._frames import current_frames, user_frame
 from chaoslight._runtime._inject import active
+from chaoslight._runtime._loader_workers import worker_stacks
 from chaoslight._schedule import SITES
 from chaoslight._schedule._catalog import LOOP_SITES
 from chaoslight._schedule._clip import clip
@@ -162,6 +163,12 @@ def snapshot(thread_id: int | None = None, since: float | None = None) -> Positi
     return Position(
         current_rank(), idle, sites, frame.f_code.co_name, filename, lineno, code or None, inner
     )
+
+
+def hang_stacks(path: str | os.PathLike[str] | None = None) -> str:
+    """A hang's evidence: every thread's stack (``dump_stacks``) and, where the main thread
+    waits on a DataLoader's workers, theirs (``_loader_workers``, in a rank that armed it)."""
+    return dump_stacks(path) + worker_stacks(threading.main_thread().ident)
 
 
 def dump_stacks(path: str | os.PathLike[str] | None = None) -> str:

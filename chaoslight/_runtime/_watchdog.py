@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from chaoslight._runtime._deliberate import mark
-from chaoslight._runtime._stacks import HangReport, active_engine, dump_stacks, snapshot
+from chaoslight._runtime._stacks import HangReport, active_engine, hang_stacks, snapshot
 from chaoslight._schedule._errors import ChaosError, InvalidArgument
 from chaoslight._schedule._validate import check_seconds
 
@@ -219,7 +219,7 @@ class Watchdog:
         round_ = self._round
         if self.armed and self.report is None and self.idle() >= self.timeout:
             position = snapshot(self._main, since=self._started)
-            report = HangReport(position, self.timeout, dump_stacks(self.dump_path))
+            report = HangReport(position, self.timeout, hang_stacks(self.dump_path))
             if not self.armed or self._round != round_:
                 return None  # disarmed (the work finished) while the report was built
             self.report = report

@@ -11,7 +11,7 @@ Adding an issue is one ``KnownIssue(...)`` in ``KNOWN_ISSUES`` (and its test). W
 issue is and how a run's release is found: ``_known_issue.py``; the signatures, by
 concept: ``_known_sigterm.py`` (Lightning's SIGTERM path), ``_known_workers.py`` (a
 group SIGTERM), ``_known_silent.py`` (damage a check sees), ``_known_schedule.py`` (a decision the
-ranks take apart); where a rank was:
+ranks take apart), ``_known_fork.py`` (the interpreter's own); where a rank was:
 ``_known_frames.py``.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from chaoslight._report import HUNG, Outcome
+from chaoslight._verdict._known_fork import interpreter_in_stacks, worker_stuck_in_fork
 from chaoslight._verdict._known_frames import collective_ends
 from chaoslight._verdict._known_issue import (
     NOTHING,
@@ -486,6 +487,33 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         ),
         claims=evaluation_shuffle_lost,
     ),
+    KnownIssue(
+        key="cpython-fork-head-lock",
+        package="cpython",
+        versions=("3.8.0", "3.11.9"),
+        fixed_in=("3.8.20", "3.9.20", "3.10.15"),
+        title=(
+            "a process forked while another thread takes the interpreter's thread-list lock "
+            "waits for that lock for good: a DataLoader worker started by fork never runs"
+        ),
+        signature=(
+            "a rank hung waiting on its DataLoader, and one of the workers of that loader "
+            "answered with a stack whose innermost frame is the os.fork() of "
+            "multiprocessing's fork start (it never returned into its own code); it claims "
+            "that rank's hang and its peers' ends in a collective, whatever else fired"
+        ),
+        reference=(
+            "https://github.com/python/cpython/issues/112275 (PyOS_AfterFork_Child takes "
+            "HEAD_LOCK before re-initialising it; fixed in 3.12.0, 3.11.10, 3.10.15, 3.9.20 "
+            "and 3.8.20)"
+        ),
+        workaround=(
+            "upgrade Python to 3.12 (or 3.11.10 or later); or start the workers without "
+            "fork, DataLoader(..., multiprocessing_context='forkserver'), or fork them once "
+            "per fit, persistent_workers=True"
+        ),
+        claims=worker_stuck_in_fork,
+    ),
 )
 
 
@@ -508,11 +536,13 @@ def claim_known(
         or package_in_facts(outcome)
         or package_in_fabric_passes(outcome)  # a Fabric loop: no Trainer recorded facts
     )
-    if found is None:
-        return []
-    package, version = found
+    interpreter = interpreter_in_stacks(outcome)  # the interpreter's own issues
     claims = []
     for issue in issues:
+        release = interpreter if issue.package == "cpython" else found
+        if release is None:
+            continue
+        package, version = release
         if issue.covers(package, version):
             claimed = issue.claims(outcome, taken)
             if claimed:

@@ -77,13 +77,16 @@ class KnownIssue:
     """
 
     key: str
-    package: str  # the distribution whose handler ran: "pytorch-lightning" or "lightning"
+    package: str  # the distribution whose handler ran ("pytorch-lightning"), or "cpython"
     versions: tuple[str, str]
     title: str
     signature: str  # the signature in words, as the report prints it
     reference: str
     workaround: str
     claims: Signature
+    # Releases of a maintenance line past ``versions``' start that have the fix: a version
+    # of the same major.minor at or past one of these is not covered.
+    fixed_in: tuple[str, ...] = ()
 
     def matches(self, outcome: Outcome, taken: list[Delivery]) -> bool:
         """Whether it claims anything of ``outcome``."""
@@ -91,8 +94,12 @@ class KnownIssue:
 
     def covers(self, package: str, version: str) -> bool:
         first, last = (parse_version(v) for v in self.versions)
+        met = parse_version(version)
+        fixed = any(
+            met[:2] == parse_version(f)[:2] and met >= parse_version(f) for f in self.fixed_in
+        )
         return package in _ALIASES.get(self.package, (self.package,)) and (
-            first <= parse_version(version) <= last
+            first <= met <= last and not fixed
         )
 
 

@@ -34,8 +34,9 @@ from typing import Any
 from chaoslight._report import FAILED, PASSED, ExceptionInfo
 from chaoslight._runtime import PROGRESS_SITES, HangReport, Watchdog, inject
 from chaoslight._runtime._halt import ABORTERS, FREEZE_LISTENERS
+from chaoslight._runtime._loader_workers import arm as arm_worker_stacks
 from chaoslight._runtime._protocol import observed_sites
-from chaoslight._runtime._stacks import dump_stacks, snapshot
+from chaoslight._runtime._stacks import hang_stacks, snapshot
 from chaoslight._schedule import Schedule
 from chaoslight._sites._damage import LEDGER_VARIABLE
 from chaoslight._world._channel import Channel
@@ -258,6 +259,7 @@ class Worker:
         self.aborted = False
         self.set_timeout(msg.timeout)
         before = threads_now()
+        arm_worker_stacks()  # the last example's fit may have reset its handler
         environ = self.baseline.enter(msg.workdir)
         try:
             result = self.call(msg)
@@ -350,7 +352,7 @@ class Worker:
         if msg.release:
             self.sockets.release()
             return
-        position, stacks = snapshot(), dump_stacks()
+        position, stacks = snapshot(), hang_stacks()
         if msg.hung is None:
             self.channel.send(Snapshot(msg.id, self.rank, position.line(), stacks))
             return

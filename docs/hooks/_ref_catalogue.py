@@ -255,7 +255,7 @@ def known_issues_page() -> str:
         + table(
             ["", ""],
             [
-                ["versions", f"{issue.package} {issue.versions[0]} to {issue.versions[1]}"],
+                ["versions", _versions(issue)],
                 ["signature", inline(issue.signature)],
                 ["workaround", inline(issue.workaround)],
                 ["reference", f"<{issue.reference.split()[0]}>"],
@@ -264,8 +264,9 @@ def known_issues_page() -> str:
         for issue in KNOWN_ISSUES
     ]
     intro = (
-        "Failures Lightning itself causes. `chaoslight fuzz` prints a finding that matches "
-        'one of these once, under "known issue in <package> <version>", with its schedule, '
+        "Failures Lightning (or the Python interpreter) itself causes. `chaoslight fuzz` "
+        'prints a finding that matches one of these once, under "known issue in <package> '
+        '<version>", with its schedule, '
         "evidence and workaround; the exit status stays 0 and the search goes on for the "
         "program's own bugs. `--strict` (pytest: `--chaos-strict`) makes it a failure. A "
         "finding that matches no entry is the program's, even when every frame is in "
@@ -273,6 +274,12 @@ def known_issues_page() -> str:
         "`examples/known_issues/` and `examples/catalogue/preemption.py` show them."
     )
     return page("Known framework issues", intro, sections)
+
+
+def _versions(issue: Any) -> str:
+    """``cpython 3.8.0 to 3.11.9 (fixed in 3.8.20, ...)``: the range the table covers."""
+    covered = f"{issue.package} {issue.versions[0]} to {issue.versions[1]}"
+    return covered + (f" (fixed in {', '.join(issue.fixed_in)})" if issue.fixed_in else "")
 
 
 def pages() -> dict[str, str]:
