@@ -1,15 +1,17 @@
-"""What a MemoryBudget costs: the dispatch mode that sees every allocation.
+"""What a MemoryBudget costs: the CPU allocator that counts, or the dispatch mode.
 
-Runs two workloads four ways, interleaved, several rounds, in one process:
+Runs two workloads six ways, interleaved, several rounds, in one process:
 
   workloads: a small Lightning fit (the MLP of ``overhead.py``) and a tight loop of small
   tensor ops (``cat``, ``@``, an in-place add, ``relu``, a view) on 64x64 tensors;
-  ways: (a) plain; (b) inside ``inject(Schedule())``: no budget, so no dispatch mode;
-  (c) under ``MemoryBudget(1 TiB)`` with the default ``min_tracked_bytes`` (1 MiB): every
-  op goes through the mode, and nothing is small enough to be counted cheaply skipped;
-  (d) the same with ``min_tracked_bytes=1``: every storage is counted and weakly referenced;
+  ways: (a) plain; (b) inside ``inject(Schedule())``: no budget, nothing counts;
+  (c) under ``MemoryBudget(1 TiB)`` with the default ``min_tracked_bytes`` (1 MiB), counted
+  by chaoslight's CPU allocator (``_runtime/_cpu_budget.py``; on CUDA, the card's);
+  (d) the same with ``min_tracked_bytes=1``: every allocation is counted;
   (e) an empty Python ``TorchDispatchMode`` (each op passed on, nothing counted): the floor
-  of any budget that sees each op from Python, whatever it does with it.
+  of any budget that sees each op from Python, whatever it does with it;
+  (f) way (c) counted by the dispatch mode, as where no allocator can be built
+  (``CHAOSLIGHT_CPU_BUDGET=ops``): every op goes through Python.
 
 and prints, per workload and clock, the median time of each way and its ratio to (a).
 The old factory-only tracking (wrapped ``torch.empty``/``zeros``/...) was removed with the
@@ -39,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import chaoslight
 from chaoslight import MemoryBudget, Schedule
+from chaoslight._runtime import _cpu_budget
 
 Way = Callable[[], Any]
 
@@ -58,6 +61,18 @@ class EmptyMode(TorchDispatchMode):
 def empty_mode() -> Any:
     with EmptyMode():
         yield None
+
+
+@contextlib.contextmanager
+def counted_by_ops(schedule: Schedule) -> Any:
+    """``inject(schedule)`` with its CPU budget counted by the dispatch mode."""
+    counter = _cpu_budget.counter
+    _cpu_budget.counter = lambda: None  # type: ignore[assignment]
+    try:
+        with chaoslight.inject(schedule):
+            yield
+    finally:
+        _cpu_budget.counter = counter  # type: ignore[assignment]
 
 
 def fit_workload(steps: int, data: Any, device: str) -> Callable[[Way], tuple[float, float]]:
@@ -145,7 +160,11 @@ def main() -> None:
         "c budget, min_tracked_bytes=1MiB": lambda: chaoslight.inject(big),
         "d budget, min_tracked_bytes=1": lambda: chaoslight.inject(every),
         "e empty dispatch mode (the floor)": empty_mode,
+        "f budget, 1MiB, counted by ops": lambda: counted_by_ops(big),
     }
+    how, why = _cpu_budget.how_counted()
+    if how != _cpu_budget.ALLOCATOR:
+        print(f"the CPU budget is counted by ops here, so (c) and (d) are too: {why}")
     print(
         f"{device_name(args.device)}, {args.rounds} rounds interleaved, "
         f"torch threads {torch.get_num_threads()}, "

@@ -19,7 +19,8 @@ The checks, each in this one process unless it says otherwise:
 4. A budget 20 MiB above what is held: the backward's gradients (on CUDA made on
    autograd's device thread) go over it. On CUDA the OOM is the caching allocator's own
    (its per-process limit is the budget), named with the budget's rank and step, and no
-   dispatch mode watched the ops; on CPU it is the dispatch mode's simulated OOM.
+   dispatch mode watched the ops; on CPU it is the simulated OOM of chaoslight's CPU
+   allocator (or, where it cannot be built, of the dispatch mode).
 5. The simulated OOM's numbers are the card's (``torch.cuda.mem_get_info``), in the shape of
    a real OOM's message, which is provoked beside it.
 6. ``World(size=1)`` on a one-GPU Lightning target: baseline and default fuzz clean.
@@ -208,7 +209,7 @@ def budget_backward() -> Result:
     # Two 16 MiB weights, on the device before the budget begins: their grads pass 20 MiB.
     # On a card the budget is the caching allocator's limit (what the process reserves,
     # the weights included): the limit is what is reserved now plus 20 MiB. On CPU it is
-    # the dispatch mode's count of the storages made after it began: 20 MiB.
+    # the count of what the training thread allocated after it began: 20 MiB.
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     model = lightning_module_class()(width=2048).to(device())
@@ -236,7 +237,7 @@ def budget_backward() -> Result:
         text = "".join(traceback.format_exception(exc))
         ok = "MemoryBudget on rank" in str(exc) and "backward" in text
         where = "autograd's device thread" if threads - {main} else "the main thread"
-        how = "the allocator's limit" if cuda() else "the dispatch mode"
+        how = "the allocator's limit" if cuda() else "the CPU budget"
         if cuda():  # no op went through Python: the allocator counted
             ok = ok and modes != [] and max(modes) == 0 and "simulated by" not in str(exc)
         seen = f"OOM in the backward by {how}, grads on {where}; modes in forward: {set(modes)}"

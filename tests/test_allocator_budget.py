@@ -3,7 +3,7 @@
 There is no GPU here: torch.cuda's memory-limit calls are replaced by a recorder with a
 card's numbers, which is what CI can run of this path (``benchmarks/gpu_check.py`` runs it
 on a card). What is asserted is what a user would see: the limit set on the rank's device
-and put back, the dispatch mode gone, and an allocator OOM that names the budget, the rank,
+and put back, the CPU's counting gone, and an allocator OOM that names the budget, the rank,
 the step and the program's line.
 """
 
@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import chaoslight
 from chaoslight import MemoryBudget, Schedule
+from chaoslight._runtime import _cpu_budget
 from chaoslight._runtime._inject import active
 
 GiB = 2**30
@@ -76,6 +77,13 @@ class Trainer:
         )
 
 
+def counting_on_the_cpu() -> bool:
+    """Whether the CPU's way of counting a budget is on: its allocator, or a dispatch mode."""
+    allocator = _cpu_budget.counter()
+    in_front = allocator is not None and allocator.installed()
+    return in_front or bool(_get_current_dispatch_mode_stack())
+
+
 def engine() -> Any:
     injection = active()
     assert injection is not None and injection.engine is not None
@@ -85,10 +93,10 @@ def engine() -> Any:
 def test_a_trainer_on_a_cuda_device_hands_the_budget_to_the_allocator(cuda: FakeCuda) -> None:
     trainer = Trainer("cuda:1")
     with chaoslight.inject(BUDGET):
-        assert len(_get_current_dispatch_mode_stack()) == 1  # the CPU's way, until a device
+        assert counting_on_the_cpu()  # the CPU's way, until a device
         engine().saw_trainer(trainer)
         assert cuda.calls == [(0.25, 1)]  # 20 GiB of the 80 GiB card the rank trains on
-        assert _get_current_dispatch_mode_stack() == []  # no op goes through Python now
+        assert not counting_on_the_cpu()  # the card's allocator alone counts now
         assert engine().ledger.reserve(40 * GiB) is None  # the allocator refuses, not us
     assert cuda.fraction == {0: 1.0, 1: 1.0}  # what the process had, back
 
@@ -105,19 +113,19 @@ def test_before_cuda_is_initialised_the_limit_waits_for_the_step_to_move(
     trainer = Trainer("cuda:1")
     with chaoslight.inject(BUDGET):
         engine().saw_trainer(trainer)
-        assert cuda.calls == [] and len(_get_current_dispatch_mode_stack()) == 1
+        assert cuda.calls == [] and counting_on_the_cpu()
         cuda.initialized = True  # the strategy moved the model to the card
         trainer.progress.ready = 1  # the first batch began
         assert engine().call("dist.barrier", lambda: 7, None, (), {}, Behaviour()) == 7
-        assert cuda.calls == [(0.25, 1)] and _get_current_dispatch_mode_stack() == []
+        assert cuda.calls == [(0.25, 1)] and not counting_on_the_cpu()
     assert cuda.fraction[1] == 1.0
 
 
-def test_on_the_cpu_the_dispatch_mode_keeps_the_budget(cuda: FakeCuda) -> None:
+def test_on_the_cpu_the_cpus_counting_keeps_the_budget(cuda: FakeCuda) -> None:
     trainer = Trainer("cpu")
     with chaoslight.inject(BUDGET):
         engine().saw_trainer(trainer)
-        assert len(_get_current_dispatch_mode_stack()) == 1
+        assert counting_on_the_cpu()
         assert engine().ledger.reserve(40 * GiB) == (0, 20 * GiB)
     assert cuda.calls == []
 

@@ -1,8 +1,9 @@
 """Allocate and MemoryBudget: simulated device memory that runs out on a CPU machine.
 
-The budget sees every storage the user's code makes (a torch dispatch mode), not only
-factory calls: ``torch.cat``, ``a @ b``, ``.repeat``, ``new_zeros``, ``torch.tensor``,
-the backward's gradients.
+The budget sees every storage the user's code makes, not only factory calls:
+``torch.cat``, ``a @ b``, ``.repeat``, ``new_zeros``, ``torch.tensor``, the backward's
+gradients. Each in-process test runs twice: counted by chaoslight's CPU allocator (the
+default, ``_cpu_budget``) and by the dispatch mode (where no allocator can be built).
 """
 
 from __future__ import annotations
@@ -25,12 +26,24 @@ from torch.utils.data import DataLoader, Dataset
 
 import chaoslight
 from chaoslight import Allocate, MemoryBudget, Schedule
+from chaoslight._runtime import _cpu_budget
+from chaoslight._runtime._cpu_budget import ALLOCATOR, OPS
 
 # Ranks are read from $RANK and friends: none set, unless a test sets one.
-pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process")
+pytestmark = pytest.mark.usefixtures("rank_env", "lightning_in_process", "counted_by")
 
 MiB = 2**20
 OOM_PREFIX = "CUDA out of memory. Tried to allocate"
+
+
+@pytest.fixture(params=[ALLOCATOR, OPS])
+def counted_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How this test's budget is counted: the CPU allocator, or the dispatch mode."""
+    if request.param == OPS:
+        monkeypatch.setattr(_cpu_budget, "counter", lambda: None)
+    elif _cpu_budget.counter() is None:
+        pytest.fail(f"chaoslight's CPU allocator does not load: {_cpu_budget.how_counted()[1]}")
+    return str(request.param)
 
 
 def allocating(nbytes: int) -> tuple[Any, dict[int, str]]:
@@ -174,6 +187,7 @@ def test_budget_does_not_outlive_the_injection() -> None:
 # -- every storage, not only factory calls ----------------------------------------------
 
 FLOATS_PER_MiB = MiB // 4
+HOW = re.escape(" (counted by chaoslight's CPU allocator)")
 
 
 def budget(limit_bytes: int, min_tracked_bytes: int = 1) -> Schedule:
@@ -245,7 +259,7 @@ def grow(kept: list[Any], block: Any) -> None:
     kept.append(torch.cat([block, block]))
 
 
-def test_budget_oom_names_rank_step_user_frame_request_used_and_limit() -> None:
+def test_budget_oom_names_rank_step_user_frame_request_used_and_limit(counted_by: str) -> None:
     """Inside a fit, a torch.cat over the budget raises the CUDA-shaped OOM from the user's
     frame, naming the rank, step, that frame, the request, what is used and the limit."""
     kept: list[Any] = []
@@ -257,9 +271,10 @@ def test_budget_oom_names_rank_step_user_frame_request_used_and_limit() -> None:
     message = str(caught.value)
     assert message.startswith(f"{OOM_PREFIX} 1.00 MiB. GPU 0 has a total capacity of 2.50 MiB")
     where = rf"{re.escape(__file__)}:\d+ in grow"
+    what, how = (r"aten\.cat\S*", "") if counted_by == OPS else ("an allocation", HOW)
     assert re.search(
-        rf"MemoryBudget on rank 0, step 2: aten\.cat\S* at {where} requested 1\.00 MiB; "
-        r"2\.00 MiB used of the 2\.50 MiB limit\]$",
+        rf"MemoryBudget on rank 0, step 2: {what} at {where} requested 1\.00 MiB; "
+        rf"2\.00 MiB used of the 2\.50 MiB limit{how}\]$",
         message,
     ), message
     frames = traceback.extract_tb(caught.value.__traceback__)
@@ -334,13 +349,14 @@ class _UserMode(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_a_dispatch_mode_only_while_a_budget_is_active() -> None:
-    """No budget, no dispatch mode at all; with one, exactly one, gone after the block
-    whether it ends normally or by an exception, and a mode the user left on top survives."""
+def test_a_dispatch_mode_only_while_a_budget_is_counted_by_ops(counted_by: str) -> None:
+    """No budget, no dispatch mode at all; with one counted by ops, exactly one (by the
+    allocator, none), gone after the block whether it ends normally or by an exception,
+    and a mode the user left on top survives."""
     with chaoslight.inject(Schedule()):
         assert dispatch_modes() == []
     with chaoslight.inject(budget(MiB)):
-        assert len(dispatch_modes()) == 1
+        assert len(dispatch_modes()) == (1 if counted_by == OPS else 0)
     assert dispatch_modes() == []
     with pytest.raises(ValueError, match="boom"), chaoslight.inject(budget(MiB)):
         raise ValueError("boom")
@@ -369,6 +385,7 @@ def rank_0_hoards() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("counted_by", [ALLOCATOR], indirect=True)  # as the ranks count
 def test_a_rank_0_extra_made_by_torch_cat_runs_rank_0_out_of_budget(world2: Any) -> None:
     """In a 2-rank DDP fit, rank 0's torch.cat extras run it out of budget at step 2; rank 1,
     which makes none, does not run out."""
@@ -377,7 +394,79 @@ def test_a_rank_0_extra_made_by_torch_cat_runs_rank_0_out_of_budget(world2: Any)
     outcome = world2.run(target, schedule, timeout=30)
     error = outcome.ranks[0].exception
     assert error is not None and error.type == "OutOfMemoryError", outcome.report()
-    assert "MemoryBudget on rank 0, step 2: aten.cat" in error.message
+    assert "MemoryBudget on rank 0, step 2: an allocation" in error.message
     assert re.search(r"test_budget\.py:\d+ in grow requested 1\.00 MiB", error.message)
     other = outcome.ranks[1].exception
     assert other is None or other.type != "OutOfMemoryError", outcome.report()
+
+
+# -- counted by the allocator --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("counted_by", [ALLOCATOR], indirect=True)
+def test_the_allocator_counts_what_a_device_would_and_ops_do_not_see() -> None:
+    """A storage grown in place (``resize_``) and an op's temporaries count, as on a card;
+    chaoslight's own calls do not."""
+    with chaoslight.inject(budget(MiB)):
+        grown = torch.empty(0)
+        with pytest.raises(torch.OutOfMemoryError, match=f"^{OOM_PREFIX} 2.00 MiB"):
+            grown.resize_(2 * FLOATS_PER_MiB)
+        engine = chaoslight._sites.STATE.dispatcher
+        with engine.internal():
+            own = torch.ones(4 * FLOATS_PER_MiB)  # chaoslight's: never counted
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ones(2 * FLOATS_PER_MiB)  # the user's, still counted after it
+    assert own.nbytes == 4 * MiB
+
+
+@pytest.mark.parametrize("counted_by", [ALLOCATOR], indirect=True)
+def test_torch_has_its_own_allocator_back_after_the_block() -> None:
+    """The allocator stands in front of torch's only inside ``inject``; a tensor counted
+    inside and freed after gives nothing back to a later budget."""
+    allocator = _cpu_budget.counter()
+    assert allocator is not None and not allocator.installed()
+    with chaoslight.inject(budget(3 * MiB)):
+        assert allocator.installed()
+        kept = torch.ones(2 * FLOATS_PER_MiB)
+    assert not allocator.installed()
+    with chaoslight.inject(budget(3 * MiB)):
+        del kept  # counted by the budget before: this one's count stays at 0
+        assert allocator.used() == 0
+        torch.ones(2 * FLOATS_PER_MiB)  # 2 MiB of 3: fits
+    with pytest.raises(ValueError, match="boom"), chaoslight.inject(budget(MiB)):
+        raise ValueError("boom")
+    assert not allocator.installed()
+
+
+def test_how_a_cpu_budget_is_counted_follows_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``CHAOSLIGHT_CPU_BUDGET=ops`` asks for the dispatch mode; a value that is neither
+    is named, and counted by ops."""
+    try:
+        for value, expected in (
+            ("ops", (OPS, "CHAOSLIGHT_CPU_BUDGET=ops asks for it")),
+            ("gpu", (OPS, "CHAOSLIGHT_CPU_BUDGET='gpu' is neither 'allocator' nor 'ops'")),
+            ("allocator", (ALLOCATOR, "")),
+        ):
+            monkeypatch.setenv(_cpu_budget.MECHANISM_VARIABLE, value)
+            _cpu_budget._load.cache_clear()
+            assert _cpu_budget.how_counted() == expected
+    finally:
+        monkeypatch.undo()
+        _cpu_budget._load.cache_clear()
+
+
+def test_the_allocator_is_built_privately_and_not_loaded_from_a_shared_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build lands in the user's own cache, named by what it was built from; a cache
+    folder others may write is refused (code is loaded from it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = _cpu_budget.library_path()
+    assert path.parent == tmp_path / "chaoslight" and path.name.startswith("cpu_budget-")
+    _cpu_budget.build(path)
+    assert path.exists() and not list(path.parent.glob("*.partial"))
+    path.parent.chmod(0o777)
+    with pytest.raises(RuntimeError, match="not private to this user"):
+        _cpu_budget.build(path)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 from typing import TypeVar
 
+from chaoslight._schedule._kind import SIMULATED_OOM_MARK
+
 _ATTRIBUTE = "__chaoslight_deliberate__"
 
 E = TypeVar("E", bound=BaseException)
@@ -25,6 +27,16 @@ def mark(exc: E) -> E:
     return exc
 
 
+# What a memory budget's OOM says when torch raised it for chaoslight's CPU allocator
+# (``_cpu_budget``: the exception is made in C++, where no mark can be set on it).
+BUDGET_REFUSAL = f"[{SIMULATED_OOM_MARK}: MemoryBudget on rank "
+
+
 def is_deliberate(exc: BaseException | None) -> bool:
-    """Whether chaoslight raised ``exc`` on purpose (``mark``)."""
-    return exc is not None and getattr(exc, _ATTRIBUTE, False) is True
+    """Whether chaoslight raised ``exc`` on purpose (``mark``), or had torch raise it (a
+    CPU budget's refusal)."""
+    if exc is None:
+        return False
+    if getattr(exc, _ATTRIBUTE, False) is True:
+        return True
+    return type(exc).__name__ == "OutOfMemoryError" and BUDGET_REFUSAL in str(exc)

@@ -79,14 +79,17 @@ def _remove_from_stack(mode: Any) -> None:
         _push_mode(other)
 
 
-def _drop_in_forked_child() -> None:
-    """In a DataLoader worker, stop counting and drop the mode (which would slow every op)."""
-    if not _WATCHING:
-        return
+def forked_by_dataloader() -> bool:
+    """In a child's at-fork handler: whether a DataLoader forked it (a worker)."""
     frame: Any = sys._getframe()  # still the forking thread's stack, down to os.fork()
     while frame is not None and not frame.f_code.co_filename.endswith(_DATALOADER):
         frame = frame.f_back
-    if frame is not None:
+    return frame is not None
+
+
+def _drop_in_forked_child() -> None:
+    """In a DataLoader worker, stop counting and drop the mode (which would slow every op)."""
+    if _WATCHING and forked_by_dataloader():
         for mode in list(_WATCHING):
             stop_watching(mode)
 
@@ -215,15 +218,23 @@ class StorageCounter:
         return training is None or device.type == training.type
 
     def _oom(self, func: Any, nbytes: int, used: int, limit: int) -> BaseException:
-        rank, step = current_rank(), self.engine.step()
-        when = "before the first training step" if step is None else f"step {step}"
-        cause = (
-            f"MemoryBudget on rank {rank}, {when}: {func} at {user_line()} requested "
-            f"{format_bytes(nbytes)}; {format_bytes(used)} used of the "
-            f"{format_bytes(limit)} limit"
-        )
-        error: BaseException = simulated_oom(nbytes, rank, cause, used, limit)
-        return error
+        return budget_oom(self.engine, str(func), nbytes, used, limit)
+
+
+def budget_oom(
+    engine: Engine, what: str, nbytes: int, used: int, limit: int, how: str = ""
+) -> BaseException:
+    """A budget's simulated OOM: the rank, the step, ``what`` asked and the program's line
+    that asked, the request, what is used and the limit (and ``how`` it was counted)."""
+    rank, step = current_rank(), engine.step()
+    when = "before the first training step" if step is None else f"step {step}"
+    cause = (
+        f"MemoryBudget on rank {rank}, {when}: {what} at {user_line()} requested "
+        f"{format_bytes(nbytes)}; {format_bytes(used)} used of the {format_bytes(limit)} "
+        f"limit{f' ({how})' if how else ''}"
+    )
+    error: BaseException = simulated_oom(nbytes, rank, cause, used, limit)
+    return error
 
 
 def _storages_of(tensor_type: Any, args: Any, kwargs: Any) -> set[int]:

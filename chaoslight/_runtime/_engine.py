@@ -17,6 +17,7 @@ import threading
 import time
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import IO, Any
 
 from chaoslight._runtime._actions import ACTIONS, Firing
@@ -62,6 +63,8 @@ class Engine:
         # Counting and deciding happen under this lock, so calls from several threads are
         # all counted; it is never held while the wrapped call runs.
         self._lock = threading.RLock()
+        # A CPU budget's allocator, paused while chaoslight's own calls run (``internal``).
+        self.quiet_allocations: tuple[Callable[[], None], Callable[[], None]] | None = None
         self.by_site: dict[str, list[tuple[int, Fault]]] = {}
         for index, fault in enumerate(schedule.faults):
             if fault.fires_in(1):  # one process is one run; a World unbinds a later run's
@@ -304,7 +307,7 @@ class Engine:
 
     def internal(self) -> Any:
         """A context in which chaoslight's own torch calls pass through every site."""
-        return InternalCalls(self._local)
+        return InternalCalls(self._local, self.quiet_allocations)
 
     @property
     def in_progress(self) -> list[SiteEntry]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from chaoslight import _sites
 from chaoslight._runtime._context import current_rank
-from chaoslight._runtime._dispatch_budget import stop_watching, watch_allocations
+from chaoslight._runtime._cpu_budget import stop_budget, watch_budget
 from chaoslight._runtime._engine import Engine
 from chaoslight._runtime._events import FIRED, Event, render_report, to_jsonl
 from chaoslight._runtime._evidence import Evidence, RankView, Violation
@@ -120,7 +120,7 @@ class Injection:
         self._joined = False
         self._engine: Engine | None = None
         self._patches: list[_sites.Patch] = []
-        self._budget_mode: Any = None  # the dispatch mode counting storages, under a budget
+        self._budget_mode: Any = None  # what counts a budget: the CPU allocator, or a mode
         self._ledger: _damage.Ledger | None = None  # backups of the files a fault damaged
         self._program: Any = None  # what identifies the program run, for the checks' judges
 
@@ -160,8 +160,8 @@ class Injection:
             self._patches = [patch for _, patches in installed for patch in patches]
             self._engine.install_gates(installed)
             _sites.STATE.dispatcher = self._engine
-            self._budget_mode = mode = watch_allocations(self._engine)
-            self._engine.device.stop_counting = lambda: stop_watching(mode)
+            self._budget_mode = mode = watch_budget(self._engine)
+            self._engine.device.stop_counting = lambda: stop_budget(mode)
             self._tell_observers("on_run_start")
             enter_checks(self.checks if self.judge else ())
         except BaseException:
@@ -222,7 +222,7 @@ class Injection:
         global _ACTIVE
         _sites.STATE.dispatcher = None
         try:
-            stop_watching(self._budget_mode)
+            stop_budget(self._budget_mode)
             self._budget_mode = None
             _sites.uninstall(self._patches)
         finally:

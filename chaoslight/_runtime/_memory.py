@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +90,9 @@ class Hold:
 
 class MemoryLedger:
     """Counts what lives on this rank's simulated device against an optional budget: the
-    ``Allocate`` holds, and the storages ``_dispatch_budget`` sees the user's code make."""
+    ``Allocate`` holds, and the storages ``_dispatch_budget`` sees the user's code make;
+    or, where a CPU allocator counts the allocations (``_cpu_budget``, ``allocator``), the
+    holds beside what it counts."""
 
     def __init__(self, budget: MemoryBudget | None, rank_of: Any) -> None:
         self.budget = budget
@@ -98,6 +101,7 @@ class MemoryLedger:
         # On a CUDA device the caching allocator enforces the budget (``_allocator_budget``):
         # the ledger still counts the holds, and refuses nothing itself.
         self.enforced_elsewhere = False
+        self.allocator: Any = None  # a CpuCounter, told of the holds (``set_extra``)
         self._rank_of = rank_of
         # Tensors are freed (and give their bytes back) in whichever thread drops them.
         self._lock = threading.RLock()
@@ -107,10 +111,11 @@ class MemoryLedger:
         ``(used, limit)`` that refused it."""
         with self._lock:
             limit = None if self.budget is None else self.budget.limit_bytes
-            if limit is None or self.enforced_elsewhere or self.used + nbytes <= limit:
-                self.used += nbytes
+            counted = self.used + (self.allocator.used() if self.allocator is not None else 0)
+            if limit is None or self.enforced_elsewhere or counted + nbytes <= limit:
+                self._count(nbytes)
                 return None
-            return self.used, limit
+            return counted, limit
 
     def charge(self, nbytes: int, cause: str) -> None:
         """Count ``nbytes`` as used, or raise the simulated OOM if it would go over."""
@@ -120,14 +125,22 @@ class MemoryLedger:
 
     def give_back(self, nbytes: int) -> None:
         with self._lock:
-            self.used -= nbytes
+            self._count(-nbytes)
+
+    def _count(self, nbytes: int) -> None:
+        self.used += nbytes
+        if self.allocator is not None:
+            self.allocator.set_extra(self.used)
 
     def allocate(self, nbytes: int, device: Any, release_step: int | None, fault: str) -> None:
         import torch
 
         self.charge(nbytes, fault)
+        # The hold is counted here: the allocator must not count its tensor a second time.
+        quiet = self.allocator.paused() if self.allocator is not None else nullcontext()
         try:
-            tensor = torch.ones(nbytes, dtype=torch.uint8, device=device)  # touch every page
+            with quiet:
+                tensor = torch.ones(nbytes, dtype=torch.uint8, device=device)  # every page
         except BaseException:
             self.give_back(nbytes)
             raise

@@ -35,13 +35,23 @@ class PerThread(threading.local):
 
 class InternalCalls:
     """A context in which this thread's calls are chaoslight's own: they pass through
-    every site (``Engine.internal()``)."""
+    every site (``Engine.internal()``), and ``quiet`` (a pause and a resume: a CPU memory
+    budget's allocator) is told when the thread goes in and when it comes out."""
 
-    def __init__(self, local: threading.local) -> None:
+    def __init__(
+        self,
+        local: threading.local,
+        quiet: tuple[Callable[[], None], Callable[[], None]] | None = None,
+    ) -> None:
         self.local = local
+        self.quiet = quiet
 
     def __enter__(self) -> None:
-        self.local.depth = getattr(self.local, "depth", 0) + 1
+        depth = self.local.depth = getattr(self.local, "depth", 0) + 1
+        if depth == 1 and self.quiet is not None:
+            self.quiet[0]()
 
     def __exit__(self, *exc: object) -> None:
         self.local.depth -= 1
+        if self.local.depth == 0 and self.quiet is not None:
+            self.quiet[1]()
