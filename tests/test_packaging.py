@@ -62,7 +62,9 @@ def package_files() -> set[str]:
         f"{installed}/{path.relative_to(ROOT / folder).as_posix()}"
         for folder, installed in SOURCES.items()
         for path in (ROOT / folder).rglob("*")
-        if path.is_file() and path.suffix in (".py", ".typed") and "__pycache__" not in path.parts
+        if path.is_file()
+        and path.suffix in (".py", ".typed", ".cpp")
+        and "__pycache__" not in path.parts
     }
 
 
@@ -126,7 +128,7 @@ def test_the_installed_wheel_imports_from_its_venv_alone(venv: Path, tmp_path: P
     venv; no editable finder and no folder of the checkout is on the path."""
     check = textwrap.dedent(
         f"""
-        import importlib.util, json, sys
+        import importlib, importlib.util, json, sys
         import chaoslight, chaoslight.strategies, chaoslight._pytest_plugin
         print(json.dumps({{
             "files": [chaoslight.__file__, chaoslight.strategies.__file__,
@@ -136,6 +138,7 @@ def test_the_installed_wheel_imports_from_its_venv_alone(venv: Path, tmp_path: P
             "checkout": [p for p in sys.path if p and p.startswith({str(ROOT)!r})
                          and not p.endswith("site-packages")],
             "text": str(chaoslight.Schedule.parse("oom@lightning.training_step rank=1 step=3")),
+            "budget": importlib.import_module("chaoslight._runtime._cpu_budget").how_counted(),
         }}))
         """
     )
@@ -144,6 +147,7 @@ def test_the_installed_wheel_imports_from_its_venv_alone(venv: Path, tmp_path: P
     assert not any("editable" in finder.lower() for finder in found["finders"])
     assert found["checkout"] == [] and found["bare_strategies"] is False
     assert found["text"] == "oom@lightning.training_step rank=1 step=3"
+    assert found["budget"] == ["allocator", ""]  # built from the C++ source the wheel holds
     assert "lightning.training_step" in run(venv / "bin" / "chaoslight", "sites", cwd=tmp_path)
     helped = run(venv / "bin" / "python", "-m", "pytest", "--help", cwd=tmp_path)
     assert "--chaos-world-size" in helped and "--chaos-timeout" in helped
