@@ -470,3 +470,17 @@ def test_the_allocator_is_built_privately_and_not_loaded_from_a_shared_folder(
     path.parent.chmod(0o777)
     with pytest.raises(RuntimeError, match="not private to this user"):
         _cpu_budget.build(path)
+
+
+def test_a_world_builds_the_allocator_before_its_ranks_need_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``prebuild`` (a World's ``run`` under a budget) leaves the built allocator where the
+    ranks look, so none builds it inside its example's time; with ``ops`` it builds none."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(_cpu_budget.MECHANISM_VARIABLE, OPS)
+    _cpu_budget.prebuild()
+    assert not (tmp_path / "chaoslight").exists()
+    monkeypatch.setenv(_cpu_budget.MECHANISM_VARIABLE, ALLOCATOR)
+    _cpu_budget.prebuild()
+    assert _cpu_budget.library_path().exists()

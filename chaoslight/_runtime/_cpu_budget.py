@@ -49,7 +49,6 @@ SOURCE = Path(__file__).with_name("cpu_budget.cpp")
 MECHANISM_VARIABLE = "CHAOSLIGHT_CPU_BUDGET"
 ALLOCATOR, OPS = "allocator", "ops"
 BUILD_TIMEOUT_S = 120.0
-MESSAGE_CAPACITY = 4096  # the C++ side's buffer for a refusal's message
 
 # int64_t (*)(int64_t nbytes, int64_t used, int64_t limit, char* buffer, int64_t capacity)
 _REFUSAL = ctypes.CFUNCTYPE(
@@ -145,6 +144,17 @@ def counter() -> CpuCounter | None:
     budget is counted by the dispatch mode instead (``how_counted`` says why)."""
     loaded = _load()
     return loaded if isinstance(loaded, CpuCounter) else None
+
+
+def prebuild() -> None:
+    """Build the allocator now if this machine can and has not (a World, before its ranks
+    run a budget: each would otherwise build it inside its example's time). Loads nothing."""
+    if os.environ.get(MECHANISM_VARIABLE, ALLOCATOR).strip().lower() != ALLOCATOR:
+        return
+    with contextlib.suppress(OSError, RuntimeError, subprocess.SubprocessError, ImportError):
+        path = library_path()
+        if not path.exists():
+            build(path)
 
 
 @functools.cache

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chaoslight._report import Outcome, overall
+from chaoslight._runtime._cpu_budget import prebuild
 from chaoslight._runtime._inject import ScheduleLike, as_schedule
 from chaoslight._runtime._protocol import as_checks, progress_timeout
 from chaoslight._runtime._resolve import check_runnable
@@ -181,6 +182,8 @@ class World:
         checked = as_checks(checks)  # objects, or names such as "replicas-in-sync"
         timeout = progress_timeout(checked, timeout)
         blob = encode_pickle(checked) if checked else None
+        if plan.memory_budget is not None:
+            prebuild()  # the CPU budget's allocator, here: a rank's build would eat its timeout
         try:
 
             def rerun(
