@@ -33,6 +33,7 @@ _POPEN_FORK = os.path.join("multiprocessing", "popen_fork.py")
 PREFIX = "  | "
 STUCK_IN_FORK = "is stuck in os.fork()"
 ANSWER_S = 1.0  # how long a worker has to write its stack
+FORK_SETTLE_S = 0.5  # a fork done is done in milliseconds
 
 
 def _worker_signal() -> int | None:
@@ -71,7 +72,7 @@ def worker_stacks(thread_id: int | None) -> str:
     if answers is None or WORKER_SIGNAL is None:
         return ""
     pids = loader_workers(current_frames().get(thread_id or 0))
-    return "".join(_block(pid, _ask(answers, pid)) for pid in pids)
+    return "".join(_block(pid, _ask_again_if_forking(answers, pid)) for pid in pids)
 
 
 def loader_workers(frame: Any) -> list[int]:
@@ -97,6 +98,16 @@ def stuck_in_fork(dump: str) -> bool:
         elif current and line.strip().startswith("File "):
             return _POPEN_FORK in line and "in _launch" in line
     return False
+
+
+def _ask_again_if_forking(answers: IO[str], pid: int) -> str:
+    """A worker's stack; one that ends in the fork is asked again ``FORK_SETTLE_S`` later
+    (a child just forked is there for a few milliseconds): stuck only if it still is."""
+    dump = _ask(answers, pid)
+    if stuck_in_fork(dump):
+        time.sleep(FORK_SETTLE_S)
+        dump = _ask(answers, pid)
+    return dump
 
 
 def _ask(answers: IO[str], pid: int) -> str:
