@@ -185,3 +185,18 @@ def test_the_issue_covers_the_releases_with_the_bug_only() -> None:
     assert not ISSUE.covers("cpython", "3.11.10") and not ISSUE.covers("cpython", "3.12.0")
     assert not ISSUE.covers("cpython", "3.10.15") and ISSUE.covers("cpython", "3.10.14")
     assert not ISSUE.covers("pytorch-lightning", "3.11.7")
+
+
+@pytest.mark.parametrize(
+    ("answers", "stuck"), [([STUCK_DUMP, IDLE_DUMP], False), ([STUCK_DUMP] * 2, True)]
+)
+def test_a_worker_still_in_the_fork_half_a_second_later_is_stuck_and_one_past_it_is_not(
+    answers: list[str], stuck: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child just forked is inside the fork for milliseconds: asked again, one that has
+    left it is not called stuck (a hang declared while the loader forks its workers)."""
+    asked = iter(answers)
+    monkeypatch.setattr(_loader_workers, "_ask", lambda file, pid: next(asked))
+    monkeypatch.setattr(_loader_workers, "FORK_SETTLE_S", 0.0)
+    dump = _loader_workers._ask_again_if_forking(None, 1)  # type: ignore[arg-type]
+    assert _loader_workers.stuck_in_fork(dump) is stuck
