@@ -484,3 +484,25 @@ def test_a_world_builds_the_allocator_before_its_ranks_need_it(
     monkeypatch.setenv(_cpu_budget.MECHANISM_VARIABLE, ALLOCATOR)
     _cpu_budget.prebuild()
     assert _cpu_budget.library_path().exists()
+
+
+@pytest.mark.parametrize("counted_by", [ALLOCATOR], indirect=True)
+def test_a_replay_says_when_this_machine_counts_a_budget_another_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A budget's OOM replays exactly where it is counted as the run counted it: the replay
+    names the other way, and how to count as the run did; nothing when they agree."""
+    by_allocator = (
+        f"MemoryBudget on rank 0, step 2: an allocation at f.py:3 ({_cpu_budget.COUNTED_HERE})"
+    )
+    by_ops = "MemoryBudget on rank 0, step 2: aten.cat.default at f.py:3 requested 1.00 MiB"
+    assert _cpu_budget.replay_note(by_allocator) is None
+    assert "CHAOSLIGHT_CPU_BUDGET=ops to count as the run did" in str(
+        _cpu_budget.replay_note(by_ops)
+    )
+    monkeypatch.setattr(_cpu_budget, "how_counted", lambda: (OPS, "no C++ compiler"))
+    assert "here it is counted by ops (no C++ compiler)" in str(
+        _cpu_budget.replay_note(by_allocator)
+    )
+    assert _cpu_budget.replay_note(by_ops) is None
+    assert _cpu_budget.replay_note("rank 0 swallowed the injected oom") is None

@@ -13,6 +13,7 @@ from rich.console import Console
 from chaoslight._cli._outputs import check_page
 from chaoslight._cli._usage import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 from chaoslight._report import show_cause_traceback, show_timeline
+from chaoslight._runtime._cpu_budget import replay_note
 from chaoslight._search import replay
 from chaoslight._search._failure import Failure, replay_command
 from chaoslight._search._soak_record import soak_failures
@@ -97,6 +98,9 @@ def _replay_one(
     checks, skipped = typed_checks(failure.checks, args.check or [])
     for line in skipped:  # a user check the file names by import path, left out
         console.print(f"chaoslight replay: {line}")
+    counted = replay_note(failure.reason) if failure.schedule.memory_budget else None
+    if counted is not None:  # a budget's OOM replays exactly where it is counted the same way
+        console.print(f"chaoslight replay: {counted}")
     verdict, outcome = replay(
         failure,
         target=target,

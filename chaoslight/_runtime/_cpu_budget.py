@@ -48,6 +48,7 @@ from chaoslight._runtime._engine import Engine
 SOURCE = Path(__file__).with_name("cpu_budget.cpp")
 MECHANISM_VARIABLE = "CHAOSLIGHT_CPU_BUDGET"
 ALLOCATOR, OPS = "allocator", "ops"
+COUNTED_HERE = "counted by chaoslight's CPU allocator"  # in the allocator's OOM message
 BUILD_TIMEOUT_S = 120.0
 
 # int64_t (*)(int64_t nbytes, int64_t used, int64_t limit, char* buffer, int64_t capacity)
@@ -137,6 +138,27 @@ def how_counted() -> tuple[str, str]:
     if isinstance(loaded, CpuCounter):
         return ALLOCATOR, ""
     return OPS, loaded
+
+
+def replay_note(reason: str) -> str | None:
+    """What to tell the replay of a failure whose budget ran out (``reason`` names the
+    budget's OOM) when this machine counts a CPU budget another way than the run did."""
+    if "MemoryBudget on rank" not in reason:
+        return None
+    then = ALLOCATOR if COUNTED_HERE in reason else OPS
+    now, why = how_counted()
+    if then == now:
+        return None
+    if then == OPS:
+        return (
+            "this failure's budget was counted by ops (the dispatch mode); here it is counted "
+            f"by chaoslight's CPU allocator, which also counts temporaries: set "
+            f"{MECHANISM_VARIABLE}={OPS} to count as the run did"
+        )
+    return (
+        f"this failure's budget was {COUNTED_HERE}; here it is counted by ops ({why}): near "
+        "the limit the two differ, and the replay may not fail the same way"
+    )
 
 
 def counter() -> CpuCounter | None:
@@ -292,8 +314,7 @@ class AllocatorWatch:
 
     def _words(self, nbytes: int, used: int, limit: int) -> str:
         """The refused allocation's OOM message: the dispatch mode's, less the op."""
-        how = "counted by chaoslight's CPU allocator"
-        return str(budget_oom(self.engine, "an allocation", nbytes, used, limit, how))
+        return str(budget_oom(self.engine, "an allocation", nbytes, used, limit, COUNTED_HERE))
 
 
 def watch_budget(engine: Engine) -> Any:
