@@ -44,22 +44,29 @@ static void never_return(void) { for (;;) pause(); }
 void block_later_forks(void) { pthread_atfork(0, 0, never_return); }
 """
 
+
+def stack(*frames: str) -> str:
+    """A faulthandler dump of the thread a signal landed on, from ``file:line:function``
+    frames, innermost first."""
+    lines = []
+    for frame in frames:
+        file, line, function = frame.split(":")
+        lines.append(f'  File "{file}", line {line} in {function}\n')
+    return "Stack (most recent call first):\n" + "".join(lines)
+
+
 # What faulthandler writes for a DataLoader worker stuck in CPython 3.11.7's fork (the
-# suite's own hang, shortened).
-STUCK_DUMP = """\
-Stack (most recent call first):
-  File "/usr/lib/python3.11/multiprocessing/popen_fork.py", line 66 in _launch
-  File "/usr/lib/python3.11/multiprocessing/popen_fork.py", line 19 in __init__
-  File "/usr/lib/python3.11/multiprocessing/context.py", line 281 in _Popen
-  File "/venv/torch/utils/data/dataloader.py", line 1176 in __init__
-"""
-IDLE_DUMP = """\
-Stack (most recent call first):
-  File "/usr/lib/python3.11/multiprocessing/connection.py", line 947 in wait
-  File "/venv/torch/utils/data/_utils/worker.py", line 334 in _worker_loop
-  File "/usr/lib/python3.11/multiprocessing/process.py", line 108 in run
-  File "/usr/lib/python3.11/multiprocessing/popen_fork.py", line 71 in _launch
-"""
+# suite's own hang, shortened), and for one idle in its loop.
+STUCK_DUMP = stack(
+    "/usr/lib/python3.11/multiprocessing/popen_fork.py:66:_launch",
+    "/usr/lib/python3.11/multiprocessing/popen_fork.py:19:__init__",
+    "/venv/torch/utils/data/dataloader.py:1176:__init__",
+)
+IDLE_DUMP = stack(
+    "/usr/lib/python3.11/multiprocessing/connection.py:947:wait",
+    "/venv/torch/utils/data/_utils/worker.py:334:_worker_loop",
+    "/usr/lib/python3.11/multiprocessing/popen_fork.py:71:_launch",
+)
 
 
 def test_a_stack_that_ends_in_the_fork_is_stuck_there_and_one_past_it_is_not() -> None:

@@ -70,7 +70,6 @@ class CpuCounter:
         library.chaoslight_set_extra.argtypes = [ctypes.c_int64]
         library.chaoslight_used.restype = ctypes.c_int64
         self._refusal: Any = None  # the ctypes callback: alive while the C++ side holds it
-        self.running = False
 
     def start(self, limit: int, min_bytes: int, refuse: Callable[[int, int, int], str]) -> bool:
         """Count this thread's allocations against ``limit``; False if torch would not take
@@ -89,7 +88,6 @@ class CpuCounter:
         self._refusal = _REFUSAL(write)
         self._lib.chaoslight_start(limit, min_bytes, self._refusal)
         self._lib.chaoslight_count_this_thread(1)
-        self.running = True
         return True
 
     def stop(self) -> None:
@@ -98,13 +96,11 @@ class CpuCounter:
         self._lib.chaoslight_stop()
         self._lib.chaoslight_count_this_thread(0)
         self._lib.chaoslight_uninstall()
-        self.running = False
 
     def stop_in_child(self) -> None:
         """In a forked DataLoader worker: count nothing (the worker's memory is not the
         rank's device), leaving the allocator in place for the storages it inherited."""
         self._lib.chaoslight_stop()
-        self.running = False
 
     def pause(self) -> None:
         self._lib.chaoslight_pause()
@@ -169,14 +165,9 @@ def counter() -> CpuCounter | None:
 
 
 def prebuild() -> None:
-    """Build the allocator now if this machine can and has not (a World, before its ranks
-    run a budget: each would otherwise build it inside its example's time). Loads nothing."""
-    if os.environ.get(MECHANISM_VARIABLE, ALLOCATOR).strip().lower() != ALLOCATOR:
-        return
-    with contextlib.suppress(OSError, RuntimeError, subprocess.SubprocessError, ImportError):
-        path = library_path()
-        if not path.exists():
-            build(path)
+    """Build and load the allocator now, once (a World, before its ranks run a budget: each
+    would otherwise build it inside its example's time). Installs nothing."""
+    _load()
 
 
 @functools.cache
