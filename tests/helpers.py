@@ -359,3 +359,22 @@ class ExitFails:
 
     def exit(self) -> None:
         raise RuntimeError("check exit failed")
+
+
+# CPython up to 3.11.9 can leave a fork-started DataLoader worker stuck in the fork (a race:
+# chaoslight reports it apart as this known issue). A run it claimed says nothing of what a
+# test of the program checks.
+INTERPRETER_FORK = "cpython-fork-head-lock"
+
+
+def judged_past_the_interpreter(run: Callable[[], Any], tries: int = 3) -> Any:
+    """``judge(run())``, run again (``tries`` in all) while the interpreter's fork deadlock
+    claimed the run: only that known issue, whose race no fault or program decides."""
+    from chaoslight import judge
+
+    verdict = judge(run())
+    for _ in range(tries - 1):
+        if not any(claim.issue.key == INTERPRETER_FORK for claim in verdict.claims):
+            break
+        verdict = judge(run())
+    return verdict

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import judged_past_the_interpreter
 
-from chaoslight import Schedule, judge
+from chaoslight import Schedule
 from chaoslight._search import DEFAULT_CHECKS
 
 PLAN = "restarts 1\ncrash@lightning.training_step rank=0 step=5"
@@ -20,8 +21,12 @@ TWIN = "examples/known_issues/resume_workers_epoch_zero.py:"
 
 
 def judged(world: Any, target: str, plan: str = PLAN) -> Any:
-    outcome = world.run(target, Schedule.parse(plan), checks=list(DEFAULT_CHECKS), timeout=60)
-    return judge(outcome)
+    """The verdict on one run (two loader workers each: a run CPython's fork race hung,
+    reported apart, is run again)."""
+    schedule, checks = Schedule.parse(plan), list(DEFAULT_CHECKS)
+    return judged_past_the_interpreter(
+        lambda: world.run(target, schedule, checks=checks, timeout=60)
+    )
 
 
 @pytest.mark.slow
